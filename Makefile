@@ -1,0 +1,26 @@
+# The two commands: `make run` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+ARGS   ?=
+
+.PHONY: run test venv dev clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade --quiet pip
+
+venv: $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+
+dev: $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[dev]'
+
+run: venv
+	$(BIN)/queueserver serve $(ARGS)
+
+test: dev
+	$(BIN)/python -m pytest $(ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

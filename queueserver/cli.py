@@ -1,0 +1,64 @@
+"""The ``queueserver`` command."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import List, Optional
+
+from .config import Config
+from .protocols import DEFAULT_PORTS
+
+
+def _serve_parser(sub) -> None:
+    p = sub.add_parser("serve", help="run the server (router + shard processes)",
+                       description="Run the queue server: one router, N shard processes.")
+    p.add_argument("--config", metavar="FILE", help="TOML configuration file")
+    p.add_argument("--shards", type=int, metavar="N", help="shard processes (default: one per CPU)")
+    p.add_argument("--bind", metavar="ADDR", help="address every listener binds (default 127.0.0.1)")
+    for name, port in DEFAULT_PORTS.items():
+        p.add_argument(f"--{name}-port", type=int, metavar="PORT", dest=f"{name}_port",
+                       help=f"{name} protocol port (default {port}; 0 picks a free port)")
+        p.add_argument(f"--no-{name}", action="store_true", dest=f"no_{name}",
+                       help=f"do not listen for the {name} protocol")
+    p.add_argument("--runtime-dir", metavar="DIR",
+                   help="private directory for shard sockets (default: a fresh temporary one)")
+    p.add_argument("--log-level", metavar="LEVEL", help="debug, info, warning or error (default info)")
+
+
+def build_config(args: argparse.Namespace) -> Config:
+    config = Config.load(args.config)
+    for key in ("shards", "bind", "runtime_dir", "log_level"):
+        value = getattr(args, key)
+        if value is not None:
+            setattr(config, key, value)
+    for name, listener in config.listeners.items():
+        port = getattr(args, f"{name}_port", None)
+        if port is not None:
+            listener.port = port
+        if getattr(args, f"no_{name}", False):
+            listener.enabled = False
+    if config.shards < 1:
+        raise ValueError("--shards must be at least 1")
+    return config
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="queueserver", description="A multi-protocol job queue server.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(sub)
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        try:
+            config = build_config(args)
+        except (OSError, ValueError) as err:
+            parser.error(str(err))
+        logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
+                            format="%(asctime)s supervisor %(levelname)s %(message)s")
+        from .supervisor import Supervisor
+        return Supervisor(config).run()
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

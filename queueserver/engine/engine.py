@@ -1,0 +1,522 @@
+"""The pure queue/job state machine of one shard.
+
+No I/O and no clock: every call takes ``now`` (integer microseconds since
+the epoch). Requests enter through :meth:`Engine.execute`, which returns a
+reply ``[status, value]`` at once, or ``None`` when the request waits (a
+blocking lease, ``result`` or ``run``). Replies produced later, by another
+request or by :meth:`Engine.advance`, are appended to :attr:`Engine.outbox`
+as ``(token, reply)`` pairs; the caller's ``token`` is opaque here.
+
+Every state change goes through :meth:`Engine.apply` as a plain event tuple
+(``("lease", id, now)``, ...). Events are deterministic and self-contained,
+so a journal of them replays into the same state (see :meth:`replay`);
+waiters are connections' business and are never journaled.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from . import job as J
+from .job import Job
+from .jobqueue import JobQueue
+from .status import (
+    CLIENT_ERROR, NOT_FOUND, NOT_FOUND_ERROR, OK, TIMEOUT, EngineError, Reply, client_error,
+)
+from .timers import Timers
+
+MS = 1000  # microseconds per millisecond
+
+# Timer kinds.
+T_WAKE = "wake"        # a scheduled job's time has come
+T_TTR = "ttr"          # a lease ran out
+T_TTL = "ttl"          # a job lived long enough
+T_WAIT = "wait"        # a waiter's wait-timeout
+
+Event = Tuple[Any, ...]
+
+
+class Waiter:
+    """A request parked until a job, a result or its deadline arrives."""
+
+    __slots__ = ("token", "kind", "queues", "job_id", "timer")
+
+    def __init__(self, token: Any, kind: str) -> None:
+        self.token = token
+        self.kind = kind            # "lease", "result" or "run"
+        self.queues: Sequence[JobQueue] = ()
+        self.job_id: Optional[str] = None
+        self.timer = None
+
+
+def lease_view(job: Job) -> list:
+    """What a worker receives for a leased job, for every protocol; ``attempts``
+    lets the router undo an undelivered lease, ``order`` compare across shards."""
+    return [job.id, job.name, job.payload, job.number, job.priority, job.ttr,
+            job.attempts, job.order]
+
+
+def result_view(job: Job) -> list:
+    return [job.id, 1 if job.success else 0, job.result or b""]
+
+
+def inspect_view(job: Job) -> list:
+    return [job.id, job.name, job.ttr, job.ttl, job.payload, job.max_attempts,
+            job.attempts, job.max_fails, job.fails, job.priority, job.state,
+            job.created, job.sched if job.scheduled else None]
+
+
+class Engine:
+    def __init__(self, journal: Optional[Callable[[Event], None]] = None) -> None:
+        self.jobs: Dict[str, Job] = {}
+        self.by_number: Dict[int, Job] = {}
+        self.queues: Dict[str, JobQueue] = {}
+        self.timers = Timers()
+        self.waiters: Dict[Any, Waiter] = {}
+        self.result_waiters: Dict[str, List[Waiter]] = {}
+        self.outbox: List[Tuple[Any, Reply]] = []
+        #: (id, number) of jobs that left the shard, for the router's directory.
+        self.forgotten: List[Tuple[str, int]] = []
+        self.evicted = 0
+        self.journal = journal
+        self.last_number = 0
+        self._front = 0  # decreasing schedule stamps for "back to the front"
+
+    # ------------------------------------------------------------------ entry
+    def execute(self, op: str, args: Sequence[Any], now: int, token: Any = None) -> Optional[Reply]:
+        """Run request ``op``; a reply, or ``None`` if it now waits under ``token``."""
+        handler = self._requests.get(op)
+        if handler is None:
+            return [CLIENT_ERROR, "Unknown command"]
+        try:
+            return handler(self, now, token, *args)
+        except EngineError as err:
+            return err.reply()
+        except TypeError:
+            return [CLIENT_ERROR, "Invalid command args"]
+
+    def next_deadline(self) -> Optional[int]:
+        return self.timers.next_deadline()
+
+    def advance(self, now: int) -> None:
+        """Fire every timer due at ``now``; replies go to the outbox."""
+        for deadline, _seq, kind, subject in self.timers.due(now):
+            if kind == T_WAIT:
+                self._wait_expired(subject)
+            elif kind == T_TTR and subject.foreground and not self._caller_waits(subject.id):
+                # The `run` caller's wait-timeout passed while a worker held the
+                # job; the lease is over too, so the caller gets TIMEOUT.
+                for waiter in list(self.result_waiters.get(subject.id, ())):
+                    if waiter.kind == "run-leased":
+                        self._reply(waiter, [TIMEOUT, ""])
+                self.apply(("delete", subject.id))
+            else:
+                self.apply((kind, subject.id, deadline))
+
+    # --------------------------------------------------------------- requests
+    def _add(self, now: int, token: Any, id: str, name: str, payload: bytes, priority: int = 0,
+             ttr: int = 0, ttl: int = 0, max_attempts: int = 0, max_fails: int = 0,
+             sched: Optional[int] = None, number: int = 0) -> Reply:
+        """Enqueue a job; ``sched`` (µs) makes it a scheduled job, ``ttl`` 0 never expires."""
+        if ttl and (sched if sched is not None else now) + ttl * MS <= now:
+            raise client_error("Invalid Time")
+        self._check_new(id)
+        self.apply(("add", id, number or self.last_number + 1, name, payload, priority, ttr, ttl,
+                    max_attempts, max_fails, now, sched, False))
+        return [OK, self.jobs[id].number]
+
+    def _run(self, now: int, token: Any, id: str, name: str, payload: bytes, priority: int,
+             ttr: int, timeout: int, number: int = 0) -> Optional[Reply]:
+        self._check_new(id)
+        waiter = Waiter(token, "run")
+        waiter.job_id = id
+        self._park(waiter, now, timeout)
+        self.result_waiters.setdefault(id, []).append(waiter)
+        # A run job lives as long as its caller waits for it: no TTL.
+        self.apply(("add", id, number or self.last_number + 1, name, payload, priority, ttr, 0,
+                    0, 0, now, None, True))
+        return None
+
+    def _lease(self, now: int, token: Any, names: Sequence[str], timeout: Optional[int]) -> Optional[Reply]:
+        queues = [self._queue(name) for name in names]
+        best = self._best(queues, now)
+        if best is not None:
+            self.apply(("lease", best.id, now))
+            return [OK, lease_view(best)]
+        if timeout == 0:
+            return [TIMEOUT, ""]
+        waiter = Waiter(token, "lease")
+        waiter.queues = queues
+        for queue in queues:
+            queue.waiters[waiter] = None
+        self._park(waiter, now, timeout)
+        return None
+
+    def _unlease(self, now: int, token: Any, id: str, attempts: int) -> Reply:
+        """Undo a lease that was never delivered (the router lost its client)."""
+        job = self.jobs.get(id)
+        if job is not None and job.state == J.LEASED and job.attempts == attempts:
+            self.apply(("unlease", id, now))
+        return [OK, None]
+
+    def _finish(self, now: int, token: Any, id: str, result: bytes, success: bool) -> Reply:
+        job = self._job(id)
+        if job.finished:
+            raise client_error("Duplicate result")
+        self.apply(("complete" if success else "fail", id, result, now))
+        return [OK, None]
+
+    def _complete(self, now: int, token: Any, id: str, result: bytes) -> Reply:
+        return self._finish(now, token, id, result, True)
+
+    def _fail(self, now: int, token: Any, id: str, result: bytes) -> Reply:
+        return self._finish(now, token, id, result, False)
+
+    def _retry(self, now: int, token: Any, id: str, name: Optional[str] = None) -> Reply:
+        """Put a job back at the front of its queue, charging its retry budget.
+
+        With the budget spent, the job is removed and an error returned.
+        """
+        job = self._job(id, name)
+        if job.fails >= job.max_fails:
+            self.apply(("delete", id))
+            raise client_error("No retries remaining.")
+        self.apply(("retry", id, now))
+        return [OK, None]
+
+    def _delete(self, now: int, token: Any, id: str, name: Optional[str] = None) -> Reply:
+        self._job(id, name)
+        self.apply(("delete", id))
+        return [OK, None]
+
+    def _delete_number(self, now: int, token: Any, number: int) -> Reply:
+        job = self.by_number.get(number)
+        if job is None:
+            raise NOT_FOUND_ERROR
+        self.apply(("delete", job.id))
+        return [OK, job.id]
+
+    def _result(self, now: int, token: Any, id: str, timeout: int) -> Optional[Reply]:
+        job = self._job(id)
+        if job.finished:
+            return [OK, result_view(job)]
+        if timeout == 0:
+            return [TIMEOUT, ""]
+        waiter = Waiter(token, "result")
+        waiter.job_id = id
+        self.result_waiters.setdefault(id, []).append(waiter)
+        self._park(waiter, now, timeout)
+        return None
+
+    def _cancel(self, now: int, token: Any, waiting: Any) -> Reply:
+        """Withdraw the parked request ``waiting`` (its client is gone)."""
+        waiter = self.waiters.get(waiting)
+        if waiter is not None:
+            self._unpark(waiter)
+            if waiter.kind == "run":
+                job = self.jobs.get(waiter.job_id)
+                if job is not None and not job.finished:
+                    self.apply(("delete", job.id))
+        return [OK, None]
+
+    def _size(self, now: int, token: Any, name: str) -> Reply:
+        queue = self.queues.get(name)
+        return [OK, len(queue.ready) if queue is not None else 0]
+
+    def _has_queue(self, now: int, token: Any, name: str) -> Reply:
+        return [OK, name in self.queues]
+
+    def _create_queue(self, now: int, token: Any, name: str) -> Reply:
+        self._queue(name)
+        return [OK, None]
+
+    def _inspect_job(self, now: int, token: Any, id: str) -> Reply:
+        return [OK, inspect_view(self._job(id))]
+
+    def _inspect_jobs(self, now: int, token: Any, name: str, offset: int, limit: int) -> Reply:
+        queue = self.queues.get(name)
+        if queue is None:
+            raise NOT_FOUND_ERROR
+        return [OK, [inspect_view(j) for j in queue.ready.islice(offset, offset + limit)]]
+
+    def _inspect_scheduled(self, now: int, token: Any, name: str, offset: int, limit: int) -> Reply:
+        queue = self.queues.get(name)
+        if queue is None:
+            raise NOT_FOUND_ERROR
+        return [OK, [inspect_view(j) for j in queue.scheduled.islice(offset, offset + limit)]]
+
+    def _inspect_queue(self, now: int, token: Any, name: str) -> Reply:
+        queue = self.queues.get(name)
+        if queue is None:
+            raise NOT_FOUND_ERROR
+        return [OK, [name, len(queue.ready), len(queue.scheduled)]]
+
+    def _inspect_queues(self, now: int, token: Any, offset: int, limit: int) -> Reply:
+        """The first ``offset + limit`` queues by name: the router merges the
+        shards' lists and cuts the page."""
+        names = sorted(self.queues)[:offset + limit]
+        return [OK, [[n, len(self.queues[n].ready), len(self.queues[n].scheduled)] for n in names]]
+
+    def _inspect_server(self, now: int, token: Any) -> Reply:
+        return [OK, {"evicted-jobs": self.evicted, "jobs": len(self.jobs),
+                     "queues": len(self.queues), "waiters": len(self.waiters),
+                     "last-number": self.last_number}]
+
+    _requests: Dict[str, Callable[..., Optional[Reply]]] = {
+        "add": _add, "run": _run, "lease": _lease, "unlease": _unlease,
+        "complete": _complete, "fail": _fail, "retry": _retry, "delete": _delete,
+        "delete_number": _delete_number, "result": _result, "cancel": _cancel,
+        "size": _size, "has_queue": _has_queue, "create_queue": _create_queue,
+        "inspect_job": _inspect_job, "inspect_jobs": _inspect_jobs,
+        "inspect_scheduled": _inspect_scheduled, "inspect_queue": _inspect_queue,
+        "inspect_queues": _inspect_queues, "inspect_server": _inspect_server,
+    }
+
+    # ---------------------------------------------------------------- helpers
+    def _check_new(self, id: str) -> None:
+        if id in self.jobs:
+            raise client_error("Duplicate job")
+
+    def _job(self, id: str, name: Optional[str] = None) -> Job:
+        job = self.jobs.get(id)
+        if job is None or (name is not None and job.name != name):
+            raise NOT_FOUND_ERROR
+        return job
+
+    def _queue(self, name: str) -> JobQueue:
+        queue = self.queues.get(name)
+        if queue is None:
+            queue = self.queues[name] = JobQueue(name)
+        return queue
+
+    def _park(self, waiter: Waiter, now: int, timeout: Optional[int]) -> None:
+        self.waiters[waiter.token] = waiter
+        if timeout is not None:
+            waiter.timer = self.timers.add(now + timeout * MS, T_WAIT, waiter)
+
+    def _unpark(self, waiter: Waiter) -> None:
+        self.waiters.pop(waiter.token, None)
+        self.timers.cancel(waiter.timer)
+        waiter.timer = None
+        for queue in waiter.queues:
+            queue.waiters.pop(waiter, None)
+        if waiter.job_id is not None:
+            waiting = self.result_waiters.get(waiter.job_id)
+            if waiting is not None:
+                waiting.remove(waiter)
+                if not waiting:
+                    del self.result_waiters[waiter.job_id]
+
+    def _reply(self, waiter: Waiter, reply: Reply) -> None:
+        self._unpark(waiter)
+        self.outbox.append((waiter.token, reply))
+
+    def _caller_waits(self, id: str) -> bool:
+        return any(w.kind == "run" for w in self.result_waiters.get(id, ()))
+
+    def _wait_expired(self, waiter: Waiter) -> None:
+        waiter.timer = None
+        if waiter.kind == "run":
+            job = self.jobs.get(waiter.job_id)
+            if job is not None and job.state == J.LEASED:
+                # A worker has it: the caller now waits out this lease's TTR.
+                waiter.kind = "run-leased"
+                return
+            self._reply(waiter, [TIMEOUT, ""])
+            if job is not None:
+                self.apply(("delete", job.id))
+            return
+        self._reply(waiter, [TIMEOUT, ""])
+
+    def _best(self, queues: Sequence[JobQueue], now: int) -> Optional[Job]:
+        """The first job among ``queues``; jobs out of attempts fail on the way."""
+        while True:
+            best = None
+            for queue in queues:
+                if queue.ready:
+                    candidate = queue.ready[0]
+                    if best is None or candidate.order < best.order:
+                        best = candidate
+            if best is None or best.attempts_left:
+                return best
+            self.apply(("exhaust", best.id))
+
+    def _offer(self, queue: JobQueue, now: int) -> None:
+        """Hand newly ready jobs of ``queue`` to its parked lessees."""
+        while queue.waiters:
+            job = self._best((queue,), now)
+            if job is None:
+                return
+            waiter = next(iter(queue.waiters))
+            self.apply(("lease", job.id, now))
+            self._reply(waiter, [OK, lease_view(job)])
+
+    def _deliver_result(self, job: Job) -> None:
+        waiting = self.result_waiters.get(job.id)
+        if not waiting:
+            return
+        reply = [OK, result_view(job)]
+        foreground = False
+        for waiter in list(waiting):
+            foreground = foreground or waiter.kind == "run"
+            self._reply(waiter, reply)
+        if foreground:
+            self.apply(("delete", job.id))
+
+    # ----------------------------------------------------------------- events
+    def apply(self, event: Event) -> None:
+        """Journal one state change, then carry it out.
+
+        Journaling first keeps causal order: events an event causes (an add
+        handing its job to a parked lessee) are journaled after it.
+        """
+        if self.journal is not None:
+            self.journal(event)
+        self._events[event[0]](self, *event[1:])
+
+    def replay(self, events: Sequence[Event]) -> None:
+        """Rebuild state from a journal: no waiters exist, so nothing is offered."""
+        journal, self.journal = self.journal, None
+        try:
+            for event in events:
+                self._events[event[0]](self, *event[1:])
+        finally:
+            self.journal = journal
+
+    def _ev_add(self, id, number, name, payload, priority, ttr, ttl, max_attempts, max_fails,
+                now, sched, foreground) -> None:
+        job = Job(id, number, name, payload, priority=priority, ttr=ttr, ttl=ttl,
+                  max_attempts=max_attempts, max_fails=max_fails, created=now, sched=sched,
+                  foreground=foreground, scheduled=sched is not None)
+        self.jobs[id] = job
+        self.by_number[number] = job
+        if number > self.last_number:
+            self.last_number = number
+        if ttl:
+            self._start_ttl(job)
+        queue = self._queue(name)
+        if job.sched > now:
+            queue.scheduled.add(job)
+            job.timer = self.timers.add(job.sched, T_WAKE, job)
+        else:
+            queue.ready.add(job)
+            self._offer(queue, now)
+
+    def _start_ttl(self, job: Job) -> None:
+        job.ttl_timer = self.timers.add(job.sched + job.ttl * MS, T_TTL, job)
+
+    def _ev_wake(self, id, now) -> None:
+        job = self.jobs[id]
+        queue = self.queues[job.name]
+        queue.scheduled.remove(job)
+        self.timers.cancel(job.timer)
+        job.timer = None
+        queue.ready.add(job)
+        self._offer(queue, now)
+
+    def _ev_lease(self, id, now) -> None:
+        job = self.jobs[id]
+        self.queues[job.name].ready.remove(job)
+        job.state = J.LEASED
+        job.attempts += 1
+        if job.ttr:
+            job.timer = self.timers.add(now + job.ttr * MS, T_TTR, job)
+
+    def _ev_unlease(self, id, now) -> None:
+        job = self.jobs[id]
+        job.attempts -= 1
+        job.state = J.NEW if job.attempts == 0 and job.fails == 0 else J.PENDING
+        self.timers.cancel(job.timer)
+        job.timer = None
+        queue = self.queues[job.name]
+        queue.ready.add(job)
+        self._offer(queue, now)
+
+    def _ev_ttr(self, id, now) -> None:
+        """A lease ran out: back in line, or failed when max-attempts is used up."""
+        job = self.jobs[id]
+        self.timers.cancel(job.timer)
+        job.timer = None
+        if job.max_attempts and job.attempts >= job.max_attempts:
+            self._settle(job, J.FAILED, b"")
+        else:
+            self._requeue(job, now)
+
+    def _ev_exhaust(self, id) -> None:
+        """A job met at lease time with no attempts left fails without a result."""
+        self._settle(self.jobs[id], J.FAILED, None)
+
+    def _ev_complete(self, id, result, now) -> None:
+        self._settle(self.jobs[id], J.COMPLETED, result)
+
+    def _ev_fail(self, id, result, now) -> None:
+        job = self.jobs[id]
+        job.fails += 1
+        if job.fails < job.max_fails and job.attempts_left:
+            if job.state == J.LEASED:
+                self.timers.cancel(job.timer)
+                job.timer = None
+                self._requeue(job, now)
+            else:
+                job.state = J.PENDING
+        else:
+            self._settle(job, J.FAILED, result)
+
+    def _ev_retry(self, id, now) -> None:
+        job = self.jobs[id]
+        job.fails += 1
+        queue = self.queues[job.name]
+        self._detach(job, queue)
+        self._front -= 1
+        job.sched = self._front
+        job.order = (job.order[0], job.sched, job.created, job.number)
+        job.state = J.PENDING
+        queue.ready.add(job)
+        self._offer(queue, now)
+
+    def _ev_delete(self, id) -> None:
+        job = self.jobs.pop(id)
+        del self.by_number[job.number]
+        self._detach(job, self.queues[job.name])
+        self.timers.cancel(job.ttl_timer)
+        job.ttl_timer = None
+        self.forgotten.append((job.id, job.number))
+        waiting = self.result_waiters.get(id)
+        for waiter in list(waiting or ()):
+            self._reply(waiter, [NOT_FOUND, ""])
+
+    def _ev_evict(self, id, now) -> None:
+        job = self.jobs[id]
+        if not job.finished:
+            self.evicted += 1
+        self._ev_delete(id)
+
+    _events: Dict[str, Callable[..., None]] = {
+        "add": _ev_add, T_WAKE: _ev_wake, "lease": _ev_lease, "unlease": _ev_unlease,
+        T_TTR: _ev_ttr, "exhaust": _ev_exhaust, "complete": _ev_complete, "fail": _ev_fail, "retry": _ev_retry,
+        "delete": _ev_delete, T_TTL: _ev_evict,
+    }
+
+    def _requeue(self, job: Job, now: int) -> None:
+        job.state = J.PENDING
+        queue = self.queues[job.name]
+        queue.ready.add(job)
+        self._offer(queue, now)
+
+    def _detach(self, job: Job, queue: JobQueue) -> None:
+        """Take ``job`` out of whatever line or timer holds it."""
+        if job.state == J.LEASED:
+            self.timers.cancel(job.timer)
+        elif job.timer is not None:  # sleeping until its schedule
+            self.timers.cancel(job.timer)
+            queue.scheduled.remove(job)
+        elif not job.finished:
+            queue.ready.discard(job)
+        job.timer = None
+
+    def _settle(self, job: Job, state: int, result: bytes) -> None:
+        """Give ``job`` its final state and result; wake whoever waits for it."""
+        self._detach(job, self.queues[job.name])
+        job.state = state
+        job.success = state == J.COMPLETED
+        job.result = result
+        self._deliver_result(job)

@@ -1,0 +1,82 @@
+"""The job record every protocol shares, and its states.
+
+A job is one object with fixed slots: all five protocols map onto these
+fields, so a job added over one protocol can be taken over any other.
+Times are integer microseconds since the Unix epoch; durations given by
+clients (TTR, TTL) are kept in their original milliseconds.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+NEW = 0
+COMPLETED = 1
+FAILED = 2
+PENDING = 3
+LEASED = 4
+
+#: Hard cap on attempts when a job says "unlimited" (max-attempts 0).
+ATTEMPTS_CAP = 255
+
+
+class Job:
+    """One job. ``order`` is its place in a ready queue (smallest first)."""
+
+    __slots__ = (
+        "id", "number", "name", "payload", "priority", "ttr", "ttl",
+        "max_attempts", "max_fails", "attempts", "fails", "state",
+        "created", "sched", "result", "success", "order", "timer",
+        "ttl_timer", "foreground", "scheduled",
+    )
+
+    def __init__(
+        self,
+        id: str,
+        number: int,
+        name: str,
+        payload: bytes,
+        *,
+        priority: int = 0,
+        ttr: int = 0,
+        ttl: int = 0,
+        max_attempts: int = 0,
+        max_fails: int = 0,
+        created: int = 0,
+        sched: Optional[int] = None,
+        foreground: bool = False,
+        scheduled: bool = False,
+    ) -> None:
+        self.id = id
+        self.number = number
+        self.name = name
+        self.payload = payload
+        self.priority = priority
+        self.ttr = ttr                      # ms; 0 means the lease never times out
+        self.ttl = ttl                      # ms; 0 means the job never expires
+        self.max_attempts = max_attempts    # 0: unlimited up to ATTEMPTS_CAP
+        self.max_fails = max_fails
+        self.attempts = 0
+        self.fails = 0
+        self.state = NEW
+        self.created = created
+        self.sched = created if sched is None else sched
+        self.result: Optional[bytes] = None
+        self.success = False
+        # Higher priority first, then earlier schedule, creation, arrival.
+        self.order = (-priority, self.sched, created, number)
+        self.timer = None        # the wake-up or TTR timer entry, if any
+        self.ttl_timer = None
+        self.foreground = foreground  # a `run` job: removed once its caller has its answer
+        self.scheduled = scheduled    # added by `schedule`: inspect shows its time
+
+    @property
+    def attempts_left(self) -> bool:
+        cap = self.max_attempts or ATTEMPTS_CAP
+        return self.attempts < cap
+
+    @property
+    def finished(self) -> bool:
+        return self.state == COMPLETED or self.state == FAILED
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"<Job {self.id} {self.name} state={self.state} attempts={self.attempts}>"

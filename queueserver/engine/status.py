@@ -1,0 +1,36 @@
+"""Reply statuses shared by the engine, the router link and every codec.
+
+An engine reply is ``[status, value]``: plain data, so it crosses the
+router<->shard link as msgpack unchanged. Each codec renders a status in its
+own protocol's form (``-TIMEOUT`` for workq, ``:-1`` for takeanumber, ...).
+"""
+from __future__ import annotations
+
+from typing import Any, List
+
+OK = 0
+NOT_FOUND = 1
+TIMEOUT = 2          # nothing arrived within the wait (also: "empty" for non-blocking takes)
+CLIENT_ERROR = 3
+SERVER_ERROR = 4
+
+Reply = List[Any]
+
+
+class EngineError(Exception):
+    """Raised inside the engine; turned into an error reply at its boundary."""
+
+    def __init__(self, status: int, message: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+    def reply(self) -> Reply:
+        return [self.status, self.message]
+
+
+def client_error(message: str) -> EngineError:
+    return EngineError(CLIENT_ERROR, message)
+
+
+NOT_FOUND_ERROR = EngineError(NOT_FOUND)

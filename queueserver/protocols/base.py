@@ -1,0 +1,119 @@
+"""What every protocol codec shares: the command object the router routes,
+and the input buffer line protocols read from.
+
+A codec turns bytes into :class:`Command` objects and renders each reply
+with the command's own ``render``. Codecs hold no sockets and read no clock.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+from ..engine.status import Reply
+
+# How the router finds the shard(s) for a command.
+LOCAL = 0      # answered by the codec itself (``reply`` is ready)
+BY_NAME = 1    # ``key`` is a queue name
+BY_NAMES = 2   # ``key`` is a list of queue names (a lease on several queues)
+BY_ID = 3      # ``key`` is a job UUID
+BY_NUMBER = 4  # ``key`` is a job's 64-bit number
+ALL = 5        # every shard answers; the router merges the answers
+
+Render = Callable[[Reply], bytes]
+
+
+class Command:
+    """One decoded request: an engine operation, where to send it, how to answer."""
+
+    __slots__ = ("op", "args", "route", "key", "render", "reply", "close", "new_id")
+
+    def __init__(self, op: Optional[str], args: Sequence[Any] = (), route: int = LOCAL,
+                 key: Any = None, render: Optional[Render] = None, reply: bytes = b"",
+                 close: bool = False, new_id: Optional[str] = None) -> None:
+        self.op = op
+        self.args = args
+        self.route = route
+        self.key = key
+        self.render = render
+        self.reply = reply          # the answer of a LOCAL command
+        self.close = close          # close the connection after answering
+        self.new_id = new_id        # the UUID this command creates (router directory)
+
+    @classmethod
+    def local(cls, reply: bytes, close: bool = False) -> "Command":
+        return cls(None, reply=reply, close=close)
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"<Command {self.op} {self.args!r} route={self.route} key={self.key!r}>"
+
+
+class InputBuffer:
+    """Bytes received but not yet decoded, consumed from the front."""
+
+    __slots__ = ("data", "pos")
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.pos = 0
+
+    def feed(self, chunk: bytes) -> None:
+        if self.pos and self.pos >= len(self.data) // 2:
+            del self.data[:self.pos]
+            self.pos = 0
+        self.data += chunk
+
+    def __len__(self) -> int:
+        return len(self.data) - self.pos
+
+    def find(self, sep: bytes, start: int = 0) -> int:
+        """Offset of ``sep`` from the read position, or -1."""
+        i = self.data.find(sep, self.pos + start)
+        return -1 if i < 0 else i - self.pos
+
+    def take(self, n: int) -> bytes:
+        chunk = bytes(self.data[self.pos:self.pos + n])
+        self.pos += n
+        return chunk
+
+    def peek(self, start: int, end: int) -> bytes:
+        return bytes(self.data[self.pos + start:self.pos + end])
+
+    def skip(self, n: int) -> int:
+        """Drop up to ``n`` bytes; returns how many were dropped."""
+        n = min(n, len(self))
+        self.pos += n
+        return n
+
+    def line(self, limit: int) -> Optional[bytes]:
+        """The next ``\\n``-terminated line without its ``\\r\\n``/``\\n``.
+
+        ``None`` while incomplete; raises :class:`LineTooLong` past ``limit``
+        bytes, after which :meth:`drop_line` resynchronises.
+        """
+        end = self.find(b"\n")
+        if end < 0:
+            if len(self) > limit:
+                raise LineTooLong()
+            return None
+        if end > limit:
+            raise LineTooLong()
+        line = self.take(end + 1)
+        return line[:-2] if line.endswith(b"\r\n") else line[:-1]
+
+    def drop_line(self) -> bool:
+        """Discard through the next ``\\n``; False if it has not arrived yet."""
+        end = self.find(b"\n")
+        if end < 0:
+            self.pos = len(self.data)
+            return False
+        self.pos += end + 1
+        return True
+
+
+class LineTooLong(Exception):
+    pass
+
+
+def render_error_status(reply: Reply, forms: dict) -> bytes:
+    """Look up a reply's status in a protocol's table of error forms."""
+    form = forms[reply[0]]
+    return form.format(reply[1]).encode() if "{}" in form else form.encode()

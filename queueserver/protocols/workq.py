@@ -1,0 +1,428 @@
+"""The workq protocol codec (sans-I/O).
+
+Text lines ending in CRLF (a bare LF is tolerated); ``add``, ``schedule``,
+``run``, ``complete`` and ``fail`` carry a length-prefixed block after their
+line. Error texts and validation order follow the original server as the
+decisions file records them. Unlike the original, a block whose declared size
+does not match is skipped up to the next CRLF, so pipelined commands after a
+bad one are still answered in order.
+"""
+from __future__ import annotations
+
+import calendar
+import re
+import time
+from typing import Dict, List, Optional, Tuple
+
+from ..engine import status as S
+from ..engine.status import Reply
+from .base import ALL, BY_ID, BY_NAME, BY_NAMES, Command, InputBuffer, LineTooLong
+
+MAX_PAYLOAD = 1048576
+MAX_LINE = 65536
+MAX_TTR = 86400000
+MAX_TTL = 2 ** 64 - 1
+MAX_WAIT = 86400000
+MAX_LIMIT = 100
+
+_UUID = re.compile(rb"\A[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z")
+_NAME = re.compile(rb"\A[a-zA-Z0-9_.-]{1,255}\Z")
+_UINT = re.compile(rb"\A\+?[0-9]+\Z")
+_INT = re.compile(rb"\A[+-]?[0-9]+\Z")
+_TIME = re.compile(rb"\A(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)Z\Z")
+
+# Commands with a data block: (positional argument count, index of the size, size error).
+_BLOCKS: Dict[bytes, Tuple[int, int, str]] = {
+    b"add": (5, 4, "Invalid payload size"),
+    b"schedule": (6, 5, "Invalid payload size"),
+    b"run": (5, 4, "Invalid payload size"),
+    b"complete": (2, 1, "Invalid result size"),
+    b"fail": (2, 1, "Invalid result size"),
+}
+_JOB_FLAGS = {b"priority", b"max-attempts", b"max-fails"}
+_FLAGS = {b"add": _JOB_FLAGS, b"schedule": _JOB_FLAGS, b"run": {b"priority"}}
+
+
+class Invalid(Exception):
+    """A request the codec answers itself with ``-CLIENT-ERROR <message>``."""
+
+
+# ---------------------------------------------------------------- rendering
+OK_REPLY = b"+OK\r\n"
+_STATUS_FORMS = {
+    S.NOT_FOUND: b"-NOT-FOUND\r\n",
+    S.TIMEOUT: b"-TIMEOUT\r\n",
+}
+
+
+def client_error(message: str) -> bytes:
+    return b"-CLIENT-ERROR " + message.encode() + b"\r\n"
+
+
+def _error(reply: Reply) -> bytes:
+    status = reply[0]
+    if status == S.CLIENT_ERROR:
+        return client_error(reply[1])
+    if status == S.SERVER_ERROR:
+        return b"-SERVER-ERROR " + str(reply[1]).encode() + b"\r\n"
+    return _STATUS_FORMS[status]
+
+
+def render_ok(reply: Reply) -> bytes:
+    return OK_REPLY if reply[0] == S.OK else _error(reply)
+
+
+def render_lease(reply: Reply) -> bytes:
+    if reply[0] != S.OK:
+        return _error(reply)
+    id, name, payload = reply[1][0], reply[1][1], reply[1][2]
+    return b"".join((b"+OK 1\r\n", f"{id} {name} {len(payload)}\r\n".encode(), payload, b"\r\n"))
+
+
+def render_result(reply: Reply) -> bytes:
+    if reply[0] != S.OK:
+        return _error(reply)
+    id, success, result = reply[1]
+    return b"".join((b"+OK 1\r\n", f"{id} {success} {len(result)}\r\n".encode(), result, b"\r\n"))
+
+
+def format_time(us: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(us // 1000000))
+
+
+def _job_block(view: list) -> bytes:
+    (id, name, ttr, ttl, payload, max_attempts, attempts, max_fails, fails, priority,
+     state, created, sched) = view
+    lines = [
+        f"name {name}", f"ttr {ttr}", f"ttl {ttl}", f"payload-size {len(payload)}",
+    ]
+    head = "\r\n".join(lines).encode() + b"\r\npayload " + payload + b"\r\n"
+    tail = [
+        f"max-attempts {max_attempts}", f"attempts {attempts}", f"max-fails {max_fails}",
+        f"fails {fails}", f"priority {priority}", f"state {state}", f"created {format_time(created)}",
+    ]
+    if sched is not None:
+        tail.append(f"time {format_time(sched)}")
+    count = len(lines) + 1 + len(tail)
+    return f"{id} {count}\r\n".encode() + head + "\r\n".join(tail).encode() + b"\r\n"
+
+
+def render_job(reply: Reply) -> bytes:
+    if reply[0] != S.OK:
+        return _error(reply)
+    return b"+OK 1\r\n" + _job_block(reply[1])
+
+
+def render_jobs(reply: Reply) -> bytes:
+    if reply[0] != S.OK:
+        return _error(reply)
+    return f"+OK {len(reply[1])}\r\n".encode() + b"".join(_job_block(v) for v in reply[1])
+
+
+def _queue_block(view: list) -> bytes:
+    name, ready, scheduled = view
+    return f"{name} 2\r\nready-len {ready}\r\nscheduled-len {scheduled}\r\n".encode()
+
+
+def render_queue(reply: Reply) -> bytes:
+    if reply[0] != S.OK:
+        return _error(reply)
+    return b"+OK 1\r\n" + _queue_block(reply[1])
+
+
+def render_queues(reply: Reply) -> bytes:
+    if reply[0] != S.OK:
+        return _error(reply)
+    return f"+OK {len(reply[1])}\r\n".encode() + b"".join(_queue_block(v) for v in reply[1])
+
+
+def render_server(reply: Reply) -> bytes:
+    """``reply[1]`` holds the merged keys: active-clients, evicted-jobs, started (µs)."""
+    if reply[0] != S.OK:
+        return _error(reply)
+    info = reply[1]
+    keys = [("active-clients", info["active-clients"]), ("evicted-jobs", info["evicted-jobs"]),
+            ("started", format_time(info["started"]))]
+    body = "".join(f"{k} {v}\r\n" for k, v in keys)
+    return f"+OK 1\r\nserver {len(keys)}\r\n{body}".encode()
+
+
+# ------------------------------------------------------------------ parsing
+def _uint(token: bytes, high: int, message: str, low: int = 0) -> int:
+    if not _UINT.match(token):
+        raise Invalid(message)
+    value = int(token)
+    if not low <= value <= high:
+        raise Invalid(message)
+    return value
+
+
+def _id(token: bytes) -> str:
+    if not _UUID.match(token):
+        raise Invalid("Invalid ID")
+    return token.decode().lower()
+
+
+def _name(token: bytes) -> str:
+    if not _NAME.match(token):
+        raise Invalid("Invalid Name")
+    return token.decode()
+
+
+def _time(token: bytes) -> int:
+    m = _TIME.match(token)
+    if not m:
+        raise Invalid("Invalid Time")
+    year, month, day, hour, minute, second = (int(g) for g in m.groups())
+    try:
+        stamp = calendar.timegm((year, month, day, hour, minute, second))
+        time.strptime(token.decode(), "%Y-%m-%dT%H:%M:%SZ")  # rejects 02-30, 25:00 ...
+    except (ValueError, OverflowError):
+        raise Invalid("Invalid Time") from None
+    return stamp * 1000000
+
+
+def _split(line: bytes) -> Tuple[List[bytes], Dict[bytes, bytes]]:
+    """Positional tokens and ``-key=value`` flags of a command line."""
+    args: List[bytes] = []
+    flags: Dict[bytes, bytes] = {}
+    bad_flags = False
+    for token in line.split(b" "):
+        if not token:
+            continue
+        if token[:1] == b"-" and b"=" in token and args:
+            key, _, value = token[1:].partition(b"=")
+            if not key or not value or b"=" in value or key in flags:
+                bad_flags = True
+            flags[key] = value
+        else:
+            args.append(token)
+    if bad_flags:
+        raise Invalid("Invalid command flags")
+    return args, flags
+
+
+def _job_flags(flags: Dict[bytes, bytes], allowed: set) -> Tuple[int, int, int]:
+    if len(flags) > len(allowed):
+        raise Invalid("Invalid command args")
+    if not set(flags) <= allowed:
+        raise Invalid("Invalid command flags")
+    max_attempts = max_fails = priority = 0
+    if b"max-attempts" in flags:
+        max_attempts = _uint(flags[b"max-attempts"], 255, "Invalid Max Attempts")
+    if b"max-fails" in flags:
+        max_fails = _uint(flags[b"max-fails"], 255, "Invalid Max Fails")
+    if b"priority" in flags:
+        token = flags[b"priority"]
+        if not _INT.match(token) or not -2 ** 31 <= int(token) < 2 ** 31:
+            raise Invalid("Invalid Priority")
+        priority = int(token)
+    return priority, max_attempts, max_fails
+
+
+def _offset_limit(off: bytes, lim: bytes) -> Tuple[int, int]:
+    offset = _uint(off, 2 ** 32 - 1, "Invalid cursor offset")
+    limit = _uint(lim, MAX_LIMIT, "Invalid limit", low=1)
+    return offset, limit
+
+
+class WorkqCodec:
+    """Decodes one connection's workq byte stream into :class:`Command` objects."""
+
+    def __init__(self, max_payload: int = MAX_PAYLOAD, max_line: int = MAX_LINE) -> None:
+        self.buffer = InputBuffer()
+        self.max_payload = max_payload
+        self.max_line = max_line
+        self._discard = 0            # bytes of an oversized block still to drop
+        self._resync = False         # dropping the rest of an overlong line
+        self._head: Optional[Tuple[bytes, List[bytes], Dict[bytes, bytes], int]] = None
+
+    def receive(self, data: bytes) -> List[Command]:
+        """Feed received bytes; returns every command now complete, in order."""
+        buf = self.buffer
+        buf.feed(data)
+        commands: List[Command] = []
+        while True:
+            if self._discard:
+                self._discard -= buf.skip(self._discard)
+                if self._discard:
+                    return commands
+            if self._resync:
+                if not buf.drop_line():
+                    return commands
+                self._resync = False
+            command = self._next(buf)
+            if command is None:
+                return commands
+            commands.append(command)
+
+    def _next(self, buf: InputBuffer) -> Optional[Command]:
+        if self._head is None:
+            try:
+                line = buf.line(self.max_line)
+            except LineTooLong:
+                self._resync = True
+                return Command.local(client_error("Invalid command args"))
+            if line is None:
+                return None
+            try:
+                name, args, flags = self._parse_line(line)
+            except Invalid as err:
+                return Command.local(client_error(str(err)))
+            block = _BLOCKS.get(name)
+            if block is None:
+                return self._command(name, args, flags, None)
+            count, at, size_error = block
+            try:
+                if len(args) != count:
+                    raise Invalid("Invalid command args")
+                if not _INT.match(args[at]):
+                    raise Invalid(size_error)
+                size = int(args[at])
+                if size < 0:
+                    raise Invalid(size_error)
+                if size > self.max_payload:
+                    self._discard = size + 2  # keep the stream in step: drop the block
+                    raise Invalid(size_error)
+            except Invalid as err:
+                return Command.local(client_error(str(err)))
+            self._head = (name, args, flags, size)
+        name, args, flags, size = self._head
+        if len(buf) < size + 2:
+            return None
+        self._head = None
+        if buf.peek(size, size + 2) != b"\r\n":
+            # Resynchronise at the first CRLF after the block's start.
+            end = buf.find(b"\r\n")
+            buf.skip(end + 2)
+            return Command.local(client_error(_BLOCKS[name][2]))
+        block = buf.take(size)
+        buf.skip(2)
+        return self._command(name, args, flags, block)
+
+    @staticmethod
+    def _parse_line(line: bytes) -> Tuple[bytes, List[bytes], Dict[bytes, bytes]]:
+        args, flags = _split(line)
+        if not args:
+            raise Invalid("Unknown command")
+        return args[0], args[1:], flags
+
+    def _command(self, name: bytes, args: List[bytes], flags: Dict[bytes, bytes],
+                 block: Optional[bytes]) -> Command:
+        try:
+            build = _BUILDERS.get(name)
+            if build is None:
+                raise Invalid("Unknown command")
+            if name not in _FLAGS and flags:
+                raise Invalid("Invalid command args")
+            return build(args, flags, block)
+        except Invalid as err:
+            return Command.local(client_error(str(err)))
+
+
+# ----------------------------------------------------------------- builders
+def _build_add(args, flags, block) -> Command:
+    id = _id(args[0])
+    name = _name(args[1])
+    ttr = _uint(args[2], MAX_TTR, "Invalid TTR", low=1)
+    ttl = _uint(args[3], MAX_TTL, "Invalid TTL", low=1)
+    priority, max_attempts, max_fails = _job_flags(flags, _JOB_FLAGS)
+    return Command("add", (id, name, block, priority, ttr, ttl, max_attempts, max_fails, None),
+                   BY_NAME, name, render_ok, new_id=id)
+
+
+def _build_schedule(args, flags, block) -> Command:
+    id = _id(args[0])
+    name = _name(args[1])
+    ttr = _uint(args[2], MAX_TTR, "Invalid TTR", low=1)
+    ttl = _uint(args[3], MAX_TTL, "Invalid TTL", low=1)
+    sched = _time(args[4])
+    priority, max_attempts, max_fails = _job_flags(flags, _JOB_FLAGS)
+    return Command("add", (id, name, block, priority, ttr, ttl, max_attempts, max_fails, sched),
+                   BY_NAME, name, render_ok, new_id=id)
+
+
+def _build_run(args, flags, block) -> Command:
+    id = _id(args[0])
+    name = _name(args[1])
+    ttr = _uint(args[2], MAX_TTR, "Invalid TTR", low=1)
+    timeout = _uint(args[3], MAX_WAIT, "Invalid wait timeout")
+    priority, _, _ = _job_flags(flags, {b"priority"})
+    return Command("run", (id, name, block, priority, ttr, timeout), BY_NAME, name,
+                   render_result, new_id=id)
+
+
+def _build_result(args, flags, block) -> Command:
+    if len(args) != 2:
+        raise Invalid("Invalid command args")
+    id = _id(args[0])
+    timeout = _uint(args[1], MAX_WAIT, "Invalid wait timeout")
+    return Command("result", (id, timeout), BY_ID, id, render_result)
+
+
+def _build_lease(args, flags, block) -> Command:
+    if len(args) < 2:
+        raise Invalid("Invalid command args")
+    timeout = _uint(args[-1], MAX_WAIT, "Invalid wait timeout")
+    names = list(dict.fromkeys(_name(a) for a in args[:-1]))
+    return Command("lease", (names, timeout), BY_NAMES, names, render_lease)
+
+
+def _build_finish(op: str):
+    def build(args, flags, block) -> Command:
+        id = _id(args[0])
+        return Command(op, (id, block), BY_ID, id, render_ok)
+    return build
+
+
+def _build_delete(args, flags, block) -> Command:
+    if len(args) != 1:
+        raise Invalid("Invalid command args")
+    id = _id(args[0])
+    return Command("delete", (id,), BY_ID, id, render_ok)
+
+
+def _build_inspect(args, flags, block) -> Command:
+    if not args:
+        raise Invalid("Invalid command args")
+    sub, rest = args[0], args[1:]
+    if sub == b"server":
+        if rest:
+            raise Invalid("Invalid command args")
+        return Command("inspect_server", (), ALL, None, render_server)
+    if sub == b"queues":
+        if len(rest) != 2:
+            raise Invalid("Invalid command args")
+        offset, limit = _offset_limit(rest[0], rest[1])
+        return Command("inspect_queues", (offset, limit), ALL, None, render_queues)
+    if sub == b"queue":
+        if len(rest) != 1:
+            raise Invalid("Invalid command args")
+        name = _name(rest[0])
+        return Command("inspect_queue", (name,), BY_NAME, name, render_queue)
+    if sub in (b"jobs", b"scheduled-jobs"):
+        if len(rest) != 3:
+            raise Invalid("Invalid command args")
+        name = _name(rest[0])
+        offset, limit = _offset_limit(rest[1], rest[2])
+        op = "inspect_jobs" if sub == b"jobs" else "inspect_scheduled"
+        return Command(op, (name, offset, limit), BY_NAME, name, render_jobs)
+    if sub == b"job":
+        if len(rest) != 1:
+            raise Invalid("Invalid command args")
+        id = _id(rest[0])
+        return Command("inspect_job", (id,), BY_ID, id, render_job)
+    raise Invalid("Unknown command")
+
+
+_BUILDERS = {
+    b"add": _build_add,
+    b"schedule": _build_schedule,
+    b"run": _build_run,
+    b"result": _build_result,
+    b"lease": _build_lease,
+    b"complete": _build_finish("complete"),
+    b"fail": _build_finish("fail"),
+    b"delete": _build_delete,
+    b"inspect": _build_inspect,
+}

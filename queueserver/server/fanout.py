@@ -1,0 +1,131 @@
+"""Requests that span several shards.
+
+:class:`Gather` asks every shard and merges the answers (``inspect queues``,
+``inspect server``). :class:`SpreadLease` leases one job from queues that
+live on different shards without losing, double-delivering or overcharging
+any job: it first takes the best ready job from each shard at once (wait 0)
+and gives back all but the best; if none is ready it parks a lease on every
+shard, keeps the first job that arrives and cancels the rest, giving back any
+job that arrives after the winner. Giving back (``unlease``) restores the
+job's place and its attempt count exactly.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from ..engine.status import OK, TIMEOUT, Reply
+from .shardlink import ShardLink
+
+Callback = Callable[[Reply], None]
+
+
+def give_back(link: ShardLink, reply: Reply) -> None:
+    """Return a leased job nobody will receive to its queue, uncharged."""
+    view = reply[1]
+    link.call("unlease", [view[0], view[6]], _ignore)
+
+
+def _ignore(reply: Reply) -> None:
+    pass
+
+
+class Gather:
+    """Send one request to every shard; ``merge`` the OK answers."""
+
+    def __init__(self, links: Sequence[ShardLink], op: str, args: Sequence[Any],
+                 merge: Callable[[List[Any]], Reply], callback: Callback) -> None:
+        self._answers: List[Any] = []
+        self._waiting = len(links)
+        self._merge = merge
+        self._callback = callback
+        for link in links:
+            link.call(op, args, self._answer)
+
+    def _answer(self, reply: Reply) -> None:
+        if reply[0] == OK:
+            self._answers.append(reply[1])
+        self._waiting -= 1
+        if self._waiting == 0:
+            self._callback(self._merge(self._answers))
+
+    def abandon(self) -> None:
+        pass  # nothing parked: the answers just go unread
+
+
+class SpreadLease:
+    def __init__(self, groups: Dict[ShardLink, List[str]], timeout: Optional[int],
+                 callback: Callback) -> None:
+        self._groups = groups
+        self._timeout = timeout
+        self._callback: Optional[Callback] = callback
+        self._offers: List[Tuple[ShardLink, Reply]] = []
+        self._parked: Dict[ShardLink, int] = {}
+        self._waiting = len(groups)
+        self._errors: List[Reply] = []
+        for link, names in groups.items():
+            link.call("lease", [names, 0], self._make_probe(link))
+
+    # Phase 1: everything ready right now; keep the best, give back the rest.
+    def _make_probe(self, link: ShardLink) -> Callback:
+        def probe(reply: Reply) -> None:
+            if reply[0] == OK:
+                self._offers.append((link, reply))
+            elif reply[0] != TIMEOUT:
+                self._errors.append(reply)
+            self._waiting -= 1
+            if self._waiting == 0:
+                self._probed()
+        return probe
+
+    def _probed(self) -> None:
+        if self._callback is None:  # abandoned meanwhile
+            for link, reply in self._offers:
+                give_back(link, reply)
+            return
+        if self._offers:
+            self._offers.sort(key=lambda offer: offer[1][1][7])
+            (_, best), rest = self._offers[0], self._offers[1:]
+            for link, reply in rest:
+                give_back(link, reply)
+            self._finish(best)
+        elif self._timeout == 0 or len(self._errors) == len(self._groups):
+            self._finish(self._errors[0] if self._errors else [TIMEOUT, ""])
+        else:
+            self._waiting = len(self._groups)
+            for link, names in self._groups.items():
+                self._parked[link] = link.call("lease", [names, self._timeout], self._make_wait(link))
+
+    # Phase 2: the first job to arrive anywhere wins.
+    def _make_wait(self, link: ShardLink) -> Callback:
+        def wait(reply: Reply) -> None:
+            self._parked.pop(link, None)
+            self._waiting -= 1
+            if reply[0] == OK:
+                if self._callback is None:
+                    give_back(link, reply)
+                    return
+                self._cancel_parked()
+                self._finish(reply)
+            elif self._waiting == 0:
+                self._finish([TIMEOUT, ""])
+        return wait
+
+    def _cancel_parked(self) -> None:
+        for link, req_id in self._parked.items():
+            link.cancel(req_id)
+
+    def _finish(self, reply: Reply) -> None:
+        callback, self._callback = self._callback, None
+        if callback is not None:
+            callback(reply)
+
+    def abandon(self) -> None:
+        """The client left: cancel parked leases; jobs that still arrive go back."""
+        if self._callback is None:
+            return
+        self._callback = None
+        self._cancel_parked()
+
+    @property
+    def done(self) -> bool:
+        return self._callback is None

@@ -1,0 +1,151 @@
+"""The shard process: one engine, its Unix socket, its one timer greenlet.
+
+The router sends ``[request_id, op, args]`` frames; the shard answers
+``[request_id, reply]`` as soon as the engine has an answer, which for a
+parked lease may be much later. Frames with request id 0 are shard events:
+``hello`` (on connect: the jobs it holds, for the router's directory) and
+``forgotten`` (jobs that left the shard).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import logging
+import os
+import time
+from typing import Dict, Optional
+
+import gevent
+from gevent import socket
+from gevent.event import Event
+
+from ..engine import Engine
+from ..engine.status import SERVER_ERROR
+from .channel import FrameChannel
+from .lifecycle import setup_logging, stop_event
+
+log = logging.getLogger("queueserver.shard")
+
+HELLO_CHUNK = 10000
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class Shard:
+    def __init__(self, index: int, path: str) -> None:
+        self.index = index
+        self.path = path
+        self.engine = Engine()
+        self.channels: Dict[int, FrameChannel] = {}
+        self._ids = itertools.count(1)
+        self._rearm = Event()
+        self._armed: Optional[int] = None
+
+    # ---------------------------------------------------------------- serving
+    def serve(self) -> None:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+        old = os.umask(0o177)
+        try:
+            listener.bind(self.path)
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+        listener.listen(64)
+        log.info("shard %d listening on %s (pid %d)", self.index, self.path, os.getpid())
+        gevent.spawn(self._timer_loop)
+        while True:
+            sock, _ = listener.accept()
+            gevent.spawn(self._serve_channel, sock)
+
+    def _serve_channel(self, sock) -> None:
+        cid = next(self._ids)
+        channel = FrameChannel(sock)
+        self.channels[cid] = channel
+        self._hello(channel)
+        engine = self.engine
+
+        def handle(frame: list) -> None:
+            req_id, op, args = frame
+            if req_id == 0:  # a control frame: withdraw this channel's parked request
+                engine.execute("cancel", ((cid, args),), now_us())
+                return
+            try:
+                reply = engine.execute(op, args, now_us(), (cid, req_id))
+            except Exception as err:  # a bug must not take the shard down
+                log.exception("shard %d: %s %r failed", self.index, op, args)
+                reply = [SERVER_ERROR, f"{type(err).__name__}"]
+            if reply is not None:
+                channel.send([req_id, reply])
+
+        try:
+            channel.receive(handle, self._after_batch)
+        finally:
+            del self.channels[cid]
+            for token in [t for t in engine.waiters if t[0] == cid]:
+                engine.execute("cancel", (token,), now_us())
+            self._after_batch()
+            channel.close()
+
+    def _hello(self, channel: FrameChannel) -> None:
+        """Tell a (re)connected router which jobs live here."""
+        jobs = [[job.id, job.number] for job in self.engine.jobs.values()]
+        for start in range(0, max(len(jobs), 1), HELLO_CHUNK):
+            channel.send([0, "hello", {"shard": self.index, "last-number": self.engine.last_number,
+                                       "jobs": jobs[start:start + HELLO_CHUNK]}])
+
+    def _after_batch(self) -> None:
+        """Send what the engine produced beside direct replies; re-arm the timer."""
+        engine = self.engine
+        if engine.outbox:
+            outbox, engine.outbox = engine.outbox, []
+            for (cid, req_id), reply in outbox:
+                channel = self.channels.get(cid)
+                if channel is not None:
+                    channel.send([req_id, reply])
+        if engine.forgotten:
+            forgotten, engine.forgotten = engine.forgotten, []
+            for channel in self.channels.values():
+                channel.send([0, "forgotten", forgotten])
+        deadline = engine.next_deadline()
+        if deadline is not None and (self._armed is None or deadline < self._armed):
+            self._rearm.set()
+
+    def _timer_loop(self) -> None:
+        engine = self.engine
+        while True:
+            deadline = engine.next_deadline()
+            self._armed = deadline
+            timeout = None if deadline is None else max(0.0, (deadline - now_us()) / 1e6)
+            self._rearm.wait(timeout)
+            self._rearm.clear()
+            try:
+                engine.advance(now_us())
+            except Exception:
+                log.exception("shard %d: timer failed", self.index)
+            self._after_batch()
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="queueserver-shard")
+    parser.add_argument("--index", type=int, required=True)
+    parser.add_argument("--socket", required=True)
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    setup_logging(args.log_level, f"shard-{args.index}")
+    shard = Shard(args.index, args.socket)
+    stop = stop_event()
+    server = gevent.spawn(shard.serve)
+    server.link(lambda g: stop.set())
+    stop.wait()
+    server.kill()
+    if os.path.exists(args.socket):
+        os.unlink(args.socket)
+    log.info("shard %d exiting", args.index)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""The router's end of one shard's Unix socket.
+
+``call`` tags a request, queues its frame and remembers the callback; the
+reader greenlet calls it back when the answer comes, in whatever order the
+shard answers. While the shard is down every call is answered at once with a
+server error, and the link keeps trying to reconnect.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, Optional
+
+import gevent
+from gevent import socket
+
+from ..engine.status import SERVER_ERROR, Reply
+from .channel import FrameChannel
+
+log = logging.getLogger("queueserver.router")
+
+Callback = Callable[[Reply], None]
+RECONNECT_DELAY = 0.05
+
+
+class ShardLink:
+    def __init__(self, index: int, path: str, on_event: Callable[["ShardLink", str, Any], None],
+                 on_down: Callable[["ShardLink"], None]) -> None:
+        self.index = index
+        self.path = path
+        self.pending: Dict[int, Callback] = {}
+        self.channel: Optional[FrameChannel] = None
+        self._next_id = 1
+        self._on_event = on_event
+        self._on_down = on_down
+        self._greenlet = gevent.spawn(self._run)
+
+    @property
+    def up(self) -> bool:
+        return self.channel is not None
+
+    def call(self, op: str, args: Any, callback: Callback) -> int:
+        """Send one request; returns its id (for ``cancel``), 0 if the shard is down."""
+        channel = self.channel
+        if channel is None:
+            callback([SERVER_ERROR, f"Shard {self.index} unavailable"])
+            return 0
+        req_id = self._next_id
+        self._next_id = req_id + 1
+        self.pending[req_id] = callback
+        channel.send([req_id, op, args])
+        return req_id
+
+    def cancel(self, req_id: int) -> None:
+        """Withdraw a parked request; its answer, if one is already on its way, still comes."""
+        if req_id in self.pending and self.channel is not None:
+            self.channel.send([0, "cancel", req_id])
+
+    def stop(self) -> None:
+        self._greenlet.kill(block=False)
+        if self.channel is not None:
+            self.channel.close()
+
+    def _run(self) -> None:
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(self.path)
+            except OSError:
+                sock.close()
+                gevent.sleep(RECONNECT_DELAY)
+                continue
+            channel = FrameChannel(sock)
+            self.channel = channel
+            log.info("connected to shard %d at %s", self.index, self.path)
+            try:
+                channel.receive(self._handle)
+            finally:
+                self.channel = None
+                channel.close()
+                pending, self.pending = self.pending, {}
+                log.warning("lost shard %d; %d requests answered with an error",
+                            self.index, len(pending))
+                self._on_down(self)
+                for callback in pending.values():
+                    callback([SERVER_ERROR, f"Shard {self.index} unavailable"])
+
+    def _handle(self, frame: list) -> None:
+        if frame[0] == 0:
+            self._on_event(self, frame[1], frame[2])
+            return
+        callback = self.pending.pop(frame[0], None)
+        if callback is not None:
+            callback(frame[1])

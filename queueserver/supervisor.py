@@ -1,0 +1,141 @@
+"""The supervisor: starts the shard and router processes, restarts any that
+dies, and stops them all on SIGTERM/SIGINT.
+
+It runs no event loop and touches no client traffic. Processes talk over
+Unix sockets in a private runtime directory (mode 0700, sockets 0600).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional
+
+from .config import Config
+
+log = logging.getLogger("queueserver.supervisor")
+
+STOP_GRACE = 5.0
+MAX_BACKOFF = 5.0
+
+
+class Child:
+    """One supervised process and its restart bookkeeping."""
+
+    def __init__(self, name: str, argv: List[str]) -> None:
+        self.name = name
+        self.argv = argv
+        self.process: Optional[subprocess.Popen] = None
+        self.backoff = 0.1
+        self.restart_at = 0.0
+        self.started_at = 0.0
+
+    def start(self) -> None:
+        # Its own process group: a terminal's Ctrl-C reaches only the
+        # supervisor, which then stops the children in order.
+        self.process = subprocess.Popen(self.argv, process_group=0)
+        self.started_at = time.monotonic()
+        log.info("%s started (pid %d)", self.name, self.process.pid)
+
+
+class Supervisor:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.children: List[Child] = []
+        self._stopping = False
+        self._own_dir = False
+        self.runtime_dir = ""
+
+    def _prepare_runtime_dir(self) -> str:
+        if self.config.runtime_dir:
+            path = self.config.runtime_dir
+            os.makedirs(path, mode=0o700, exist_ok=True)
+            os.chmod(path, 0o700)
+        else:
+            path = tempfile.mkdtemp(prefix="queueserver-")  # created 0700
+            self._own_dir = True
+        return path
+
+    def _children(self) -> List[Child]:
+        config = self.config
+        python = sys.executable
+        level = config.log_level
+        sockets = [os.path.join(self.runtime_dir, f"shard-{i}.sock") for i in range(config.shards)]
+        children = [Child(f"shard-{i}", [python, "-m", "queueserver.server.shard", "--index", str(i),
+                                         "--socket", path, "--log-level", level])
+                    for i, path in enumerate(sockets)]
+        listeners = {name: [l.bind or config.bind, l.port]
+                     for name, l in config.listeners.items() if l.enabled}
+        router_config = {
+            "sockets": sockets,
+            "listeners": listeners,
+            "options": {name: l.options for name, l in config.listeners.items()},
+            "ports_file": os.path.join(self.runtime_dir, "ports.json"),
+        }
+        children.append(Child("router", [python, "-m", "queueserver.server.router",
+                                         "--config", json.dumps(router_config), "--log-level", level]))
+        return children
+
+    def run(self) -> int:
+        self.runtime_dir = self._prepare_runtime_dir()
+        log.info("runtime directory %s, %d shards", self.runtime_dir, self.config.shards)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        self.children = self._children()
+        try:
+            for child in self.children:
+                child.start()
+            while not self._stopping:
+                self._watch()
+                time.sleep(0.05)
+        finally:
+            self._stop_all()
+            if self._own_dir:
+                shutil.rmtree(self.runtime_dir, ignore_errors=True)
+        log.info("stopped")
+        return 0
+
+    def _on_signal(self, signum, frame) -> None:
+        if not self._stopping:
+            log.info("received %s, shutting down", signal.Signals(signum).name)
+        self._stopping = True
+
+    def _watch(self) -> None:
+        now = time.monotonic()
+        for child in self.children:
+            process = child.process
+            if process is not None and process.poll() is not None:
+                log.warning("%s exited with status %s; restarting", child.name, process.returncode)
+                child.process = None
+                if now - child.started_at > 10:
+                    child.backoff = 0.1   # it ran a good while: restart at once
+                child.restart_at = now + child.backoff
+                child.backoff = min(child.backoff * 2, MAX_BACKOFF)
+            if child.process is None and now >= child.restart_at and not self._stopping:
+                child.start()
+
+    def _stop_all(self) -> None:
+        # The router first, so no client request reaches a stopping shard.
+        ordered = [c for c in self.children if c.name == "router"] + \
+                  [c for c in self.children if c.name != "router"]
+        for child in ordered:
+            if child.process is not None and child.process.poll() is None:
+                child.process.terminate()
+        deadline = time.monotonic() + STOP_GRACE
+        for child in ordered:
+            process = child.process
+            if process is None:
+                continue
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop in time; killing it", child.name)
+                process.kill()
+                process.wait()
+            log.info("%s exited with status %s", child.name, process.returncode)
