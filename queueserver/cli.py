@@ -21,6 +21,11 @@ def _serve_parser(sub) -> None:
                        help=f"{name} protocol port (default {port}; 0 picks a free port)")
         p.add_argument(f"--no-{name}", action="store_true", dest=f"no_{name}",
                        help=f"do not listen for the {name} protocol")
+    p.add_argument("--allow-dups", action="store_true", default=None,
+                   help="queued: keep duplicate items (default: drop an item the queue already holds)")
+    p.add_argument("--reservation-timeout", type=int, metavar="MS",
+                   help="takeanumber: a reserved job returns to its queue after MS milliseconds "
+                        "(default 0: never)")
     p.add_argument("--runtime-dir", metavar="DIR",
                    help="private directory for shard sockets (default: a fresh temporary one)")
     p.add_argument("--log-level", metavar="LEVEL", help="debug, info, warning or error (default info)")
@@ -38,6 +43,10 @@ def build_config(args: argparse.Namespace) -> Config:
             listener.port = port
         if getattr(args, f"no_{name}", False):
             listener.enabled = False
+    if args.allow_dups:
+        config.listeners["queued"].options["allow_dups"] = True
+    if args.reservation_timeout is not None:
+        config.listeners["takeanumber"].options["reservation_timeout"] = args.reservation_timeout
     if config.shards < 1:
         raise ValueError("--shards must be at least 1")
     return config

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import job as J
 from .job import Job
-from .jobqueue import JobQueue
+from .jobqueue import JobQueue, digest
 from .status import (
     CLIENT_ERROR, NOT_FOUND, NOT_FOUND_ERROR, OK, TIMEOUT, EngineError, Reply, client_error,
 )
@@ -115,14 +115,21 @@ class Engine:
     # --------------------------------------------------------------- requests
     def _add(self, now: int, token: Any, id: str, name: str, payload: bytes, priority: int = 0,
              ttr: int = 0, ttl: int = 0, max_attempts: int = 0, max_fails: int = 0,
-             sched: Optional[int] = None, number: int = 0) -> Reply:
-        """Enqueue a job; ``sched`` (µs) makes it a scheduled job, ``ttl`` 0 never expires."""
+             sched: Optional[int] = None, unique: bool = False, number: int = 0) -> Reply:
+        """Enqueue a job; answers ``[id, number]``, or ``None`` when ``unique`` drops it.
+
+        ``sched`` (µs) makes it a scheduled job; ``ttl`` 0 never expires;
+        ``unique`` drops a payload the queue already holds (queued's default).
+        """
         if ttl and (sched if sched is not None else now) + ttl * MS <= now:
             raise client_error("Invalid Time")
         self._check_new(id)
-        self.apply(("add", id, number or self.last_number + 1, name, payload, priority, ttr, ttl,
+        if unique and self._queue(name).holds(digest(payload)):
+            return [OK, None]
+        number = number or self.last_number + 1
+        self.apply(("add", id, number, name, payload, priority, ttr, ttl,
                     max_attempts, max_fails, now, sched, False))
-        return [OK, self.jobs[id].number]
+        return [OK, [id, number]]
 
     def _run(self, now: int, token: Any, id: str, name: str, payload: bytes, priority: int,
              ttr: int, timeout: int, number: int = 0) -> Optional[Reply]:
@@ -218,12 +225,28 @@ class Engine:
                     self.apply(("delete", job.id))
         return [OK, None]
 
-    def _size(self, now: int, token: Any, name: str) -> Reply:
+    def _take(self, now: int, token: Any, name: str, must_exist: bool = False) -> Reply:
+        """Remove and return the first ready job: a dequeue with no acknowledgement."""
         queue = self.queues.get(name)
+        if queue is None and must_exist:
+            raise NOT_FOUND_ERROR
+        best = self._best((queue,), now) if queue is not None else None
+        if best is None:
+            return [TIMEOUT, ""]
+        view = lease_view(best)
+        self.apply(("delete", best.id))
+        return [OK, view]
+
+    def _size(self, now: int, token: Any, name: str, must_exist: bool = False) -> Reply:
+        """Ready jobs in the queue (leased and sleeping ones are not waiting in line)."""
+        queue = self.queues.get(name)
+        if queue is None and must_exist:
+            raise NOT_FOUND_ERROR
         return [OK, len(queue.ready) if queue is not None else 0]
 
-    def _has_queue(self, now: int, token: Any, name: str) -> Reply:
-        return [OK, name in self.queues]
+    def _has(self, now: int, token: Any, name: str, content_digest: bytes) -> Reply:
+        queue = self.queues.get(name)
+        return [OK, queue is not None and queue.holds(content_digest)]
 
     def _create_queue(self, now: int, token: Any, name: str) -> Reply:
         self._queue(name)
@@ -265,7 +288,7 @@ class Engine:
         "add": _add, "run": _run, "lease": _lease, "unlease": _unlease,
         "complete": _complete, "fail": _fail, "retry": _retry, "delete": _delete,
         "delete_number": _delete_number, "result": _result, "cancel": _cancel,
-        "size": _size, "has_queue": _has_queue, "create_queue": _create_queue,
+        "take": _take, "size": _size, "has": _has, "create_queue": _create_queue,
         "inspect_job": _inspect_job, "inspect_jobs": _inspect_jobs,
         "inspect_scheduled": _inspect_scheduled, "inspect_queue": _inspect_queue,
         "inspect_queues": _inspect_queues, "inspect_server": _inspect_server,
@@ -395,10 +418,10 @@ class Engine:
             self._start_ttl(job)
         queue = self._queue(name)
         if job.sched > now:
-            queue.scheduled.add(job)
+            queue.sleep(job)
             job.timer = self.timers.add(job.sched, T_WAKE, job)
         else:
-            queue.ready.add(job)
+            queue.push(job)
             self._offer(queue, now)
 
     def _start_ttl(self, job: Job) -> None:
@@ -407,15 +430,14 @@ class Engine:
     def _ev_wake(self, id, now) -> None:
         job = self.jobs[id]
         queue = self.queues[job.name]
-        queue.scheduled.remove(job)
+        queue.wake(job)
         self.timers.cancel(job.timer)
         job.timer = None
-        queue.ready.add(job)
         self._offer(queue, now)
 
     def _ev_lease(self, id, now) -> None:
         job = self.jobs[id]
-        self.queues[job.name].ready.remove(job)
+        self.queues[job.name].remove(job)
         job.state = J.LEASED
         job.attempts += 1
         if job.ttr:
@@ -428,7 +450,7 @@ class Engine:
         self.timers.cancel(job.timer)
         job.timer = None
         queue = self.queues[job.name]
-        queue.ready.add(job)
+        queue.push(job)
         self._offer(queue, now)
 
     def _ev_ttr(self, id, now) -> None:
@@ -470,7 +492,7 @@ class Engine:
         job.sched = self._front
         job.order = (job.order[0], job.sched, job.created, job.number)
         job.state = J.PENDING
-        queue.ready.add(job)
+        queue.push(job)
         self._offer(queue, now)
 
     def _ev_delete(self, id) -> None:
@@ -499,7 +521,7 @@ class Engine:
     def _requeue(self, job: Job, now: int) -> None:
         job.state = J.PENDING
         queue = self.queues[job.name]
-        queue.ready.add(job)
+        queue.push(job)
         self._offer(queue, now)
 
     def _detach(self, job: Job, queue: JobQueue) -> None:
@@ -508,9 +530,9 @@ class Engine:
             self.timers.cancel(job.timer)
         elif job.timer is not None:  # sleeping until its schedule
             self.timers.cancel(job.timer)
-            queue.scheduled.remove(job)
+            queue.unsleep(job)
         elif not job.finished:
-            queue.ready.discard(job)
+            queue.discard(job)
         job.timer = None
 
     def _settle(self, job: Job, state: int, result: bytes) -> None:

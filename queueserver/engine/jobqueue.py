@@ -1,9 +1,17 @@
 """A named queue: its ready jobs in serving order, its sleeping scheduled
-jobs, and the lease waiters parked on it."""
+jobs, and the lease waiters parked on it.
+
+Jobs enter and leave only through the methods below, so the optional
+content index (sha256 of each waiting payload, for queued's ``HAS`` and
+de-duplication) stays exact. The index is built the first time a queue is
+asked for it; queues nobody asks about pay nothing.
+"""
 from __future__ import annotations
 
+import hashlib
+from collections import Counter
 from operator import attrgetter
-from typing import Dict
+from typing import Dict, Optional
 
 from sortedcontainers import SortedKeyList
 
@@ -13,8 +21,12 @@ _by_order = attrgetter("order")
 _by_schedule = attrgetter("sched", "number")
 
 
+def digest(payload: bytes) -> bytes:
+    return hashlib.sha256(payload).digest()
+
+
 class JobQueue:
-    __slots__ = ("name", "ready", "scheduled", "waiters")
+    __slots__ = ("name", "ready", "scheduled", "waiters", "_digests")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -22,8 +34,53 @@ class JobQueue:
         self.scheduled: SortedKeyList = SortedKeyList(key=_by_schedule)
         # Insertion-ordered set: the first waiter is served first.
         self.waiters: Dict[object, None] = {}
+        self._digests: Optional[Counter] = None
 
-    def best(self) -> Job | None:
+    # Membership: every way in and out of the queue.
+    def push(self, job: Job) -> None:
+        self.ready.add(job)
+        if self._digests is not None:
+            self._digests[digest(job.payload)] += 1
+
+    def remove(self, job: Job) -> None:
+        self.ready.remove(job)
+        self._forget_digest(job)
+
+    def discard(self, job: Job) -> None:
+        if job in self.ready:
+            self.remove(job)
+
+    def sleep(self, job: Job) -> None:
+        self.scheduled.add(job)
+        if self._digests is not None:
+            self._digests[digest(job.payload)] += 1
+
+    def unsleep(self, job: Job) -> None:
+        self.scheduled.remove(job)
+        self._forget_digest(job)
+
+    def wake(self, job: Job) -> None:
+        """A scheduled job's time came: it moves to the ready line, still present."""
+        self.scheduled.remove(job)
+        self.ready.add(job)
+
+    def _forget_digest(self, job: Job) -> None:
+        if self._digests is not None:
+            key = digest(job.payload)
+            left = self._digests[key] - 1
+            if left:
+                self._digests[key] = left
+            else:
+                del self._digests[key]
+
+    def holds(self, content_digest: bytes) -> bool:
+        """Whether a waiting (ready or scheduled) job has this payload digest."""
+        if self._digests is None:
+            self._digests = Counter(digest(j.payload) for j in self.ready)
+            self._digests.update(digest(j.payload) for j in self.scheduled)
+        return self._digests.get(content_digest, 0) > 0
+
+    def best(self) -> Optional[Job]:
         return self.ready[0] if self.ready else None
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid

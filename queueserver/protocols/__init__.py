@@ -1,10 +1,23 @@
-"""Wire protocol codecs: each turns bytes into commands and replies into bytes."""
-from .workq import WorkqCodec
+"""Wire protocol codecs: each turns bytes into commands and replies into bytes.
 
-#: Codec class and default port of every protocol the server speaks.
-CODECS = {
-    "workq": WorkqCodec,
+Codecs are named here and imported when a listener for them starts.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: protocol -> (module, codec class, default port)
+PROTOCOLS = {
+    "workq": ("queueserver.protocols.workq", "WorkqCodec", 9922),
+    "takeanumber": ("queueserver.protocols.takeanumber", "TakeANumberCodec", 13331),
+    "goqueue": ("queueserver.protocols.goqueue", "GoqueueCodec", 11223),
+    "queued": ("queueserver.protocols.queued", "QueuedCodec", 9001),
+    "taskflux": ("queueserver.protocols.taskflux", "TaskFluxCodec", 2602),
 }
-DEFAULT_PORTS = {
-    "workq": 9922,
-}
+DEFAULT_PORTS = {name: port for name, (_, _, port) in PROTOCOLS.items()}
+
+
+def codec_class(protocol: str) -> Any:
+    module, name, _ = PROTOCOLS[protocol]
+    return getattr(importlib.import_module(module), name)

@@ -20,6 +20,10 @@ ALL = 5        # every shard answers; the router merges the answers
 
 Render = Callable[[Reply], bytes]
 
+#: ``Command.new_id`` of a command whose job id the server makes (a UUIDv4):
+#: the router fills it in as the first argument.
+SERVER_ID = ""
+
 
 class Command:
     """One decoded request: an engine operation, where to send it, how to answer."""
@@ -36,7 +40,7 @@ class Command:
         self.render = render
         self.reply = reply          # the answer of a LOCAL command
         self.close = close          # close the connection after answering
-        self.new_id = new_id        # the UUID this command creates (router directory)
+        self.new_id = new_id        # the UUID this command creates, or SERVER_ID
 
     @classmethod
     def local(cls, reply: bytes, close: bool = False) -> "Command":

@@ -327,7 +327,7 @@ def _build_add(args, flags, block) -> Command:
     ttr = _uint(args[2], MAX_TTR, "Invalid TTR", low=1)
     ttl = _uint(args[3], MAX_TTL, "Invalid TTL", low=1)
     priority, max_attempts, max_fails = _job_flags(flags, _JOB_FLAGS)
-    return Command("add", (id, name, block, priority, ttr, ttl, max_attempts, max_fails, None),
+    return Command("add", (id, name, block, priority, ttr, ttl, max_attempts, max_fails, None, False),
                    BY_NAME, name, render_ok, new_id=id)
 
 
@@ -338,7 +338,7 @@ def _build_schedule(args, flags, block) -> Command:
     ttl = _uint(args[3], MAX_TTL, "Invalid TTL", low=1)
     sched = _time(args[4])
     priority, max_attempts, max_fails = _job_flags(flags, _JOB_FLAGS)
-    return Command("add", (id, name, block, priority, ttr, ttl, max_attempts, max_fails, sched),
+    return Command("add", (id, name, block, priority, ttr, ttl, max_attempts, max_fails, sched, False),
                    BY_NAME, name, render_ok, new_id=id)
 
 

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import time
+import uuid
 from typing import Any, Callable, Dict, List, Optional
 
 import gevent
@@ -20,7 +21,7 @@ from gevent import socket
 from gevent.server import StreamServer
 
 from ..engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR, Reply
-from ..protocols import CODECS
+from ..protocols import codec_class as load_codec
 from ..protocols.base import ALL, BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, Command
 from .connection import ClientConnection
 from .directory import JobDirectory
@@ -51,7 +52,7 @@ class Router:
 
     # ------------------------------------------------------------- listening
     def listen(self, protocol: str, host: str, port: int) -> int:
-        codec_class = CODECS[protocol]
+        codec_class = load_codec(protocol)
         options = self.options
 
         def handle(sock, address) -> None:
@@ -114,20 +115,24 @@ class Router:
 
     def _create(self, command: Command, link: ShardLink, callback: Callable[[Reply], None]) -> Any:
         """A command that makes a job: reserve its id and number in the directory first."""
-        id = command.new_id
+        id = command.new_id or str(uuid.uuid4())
         directory = self.directory
         if id in directory:
             callback([CLIENT_ERROR, "Duplicate job"])
             return None
         number = directory.new_number()
         directory.place(id, number, link.index)
+        args = list(command.args)
+        args[0] = id
+        args.append(number)
 
         def created(reply: Reply) -> None:
-            if reply[0] == CLIENT_ERROR or reply[0] == SERVER_ERROR:
-                directory.forget(id, number)
+            status = reply[0]
+            if status == CLIENT_ERROR or status == SERVER_ERROR or (status == OK and reply[1] is None):
+                directory.forget(id, number)  # refused, or dropped as a duplicate payload
             callback(reply)
 
-        return link, link.call(command.op, list(command.args) + [number], created)
+        return link, link.call(command.op, args, created)
 
     def withdraw(self, pending: Any) -> None:
         if isinstance(pending, tuple):
