@@ -31,12 +31,16 @@ def add(e, id, name="q", payload=b"payload", priority=0, ttr=60_000, ttl=0,
         max_attempts=0, max_fails=0, sched=None, number=0, now=T0):
     # Built by parameter name so optional engine parameters (e.g. a protocol
     # flag inserted before ``number``) keep their defaults.
-    given = dict(id=id, name=name, payload=payload, priority=priority, ttr=ttr, ttl=ttl,
-                 max_attempts=max_attempts, max_fails=max_fails, sched=sched, number=number)
-    params = _request_params("add")
-    defaults = inspect.signature(Engine._requests["add"]).parameters
-    args = tuple(given[p] if p in given else defaults[p].default for p in params)
-    return e.execute("add", args, now)
+    return call(e, "add", now, None, id=id, name=name, payload=payload, priority=priority,
+                ttr=ttr, ttl=ttl, max_attempts=max_attempts, max_fails=max_fails,
+                sched=sched, number=number)
+
+
+def call(e, op, now, token, **given):
+    """``execute(op, ...)`` with the positional args laid out by parameter name."""
+    defaults = inspect.signature(Engine._requests[op]).parameters
+    args = tuple(given[p] if p in given else defaults[p].default for p in _request_params(op))
+    return e.execute(op, args, now, token)
 
 
 def lease(e, names=("q",), timeout=0, now=T0, token=None):
@@ -62,7 +66,8 @@ def result(e, id, timeout=0, now=T0, token=None):
 
 def run(e, id, name="q", payload=b"payload", priority=0, ttr=5_000, timeout=1_000,
         now=T0, token="run-caller"):
-    return e.execute("run", (id, name, payload, priority, ttr, timeout, 0), now, token)
+    return call(e, "run", now, token, id=id, name=name, payload=payload, priority=priority,
+                ttr=ttr, timeout=timeout, number=0)
 
 
 def job(e, id):
@@ -300,6 +305,25 @@ def test_ttr_expiry_after_max_attempts_marks_failed_with_empty_result():
     assert lease(e, now=now) == [TIMEOUT, ""]
 
 
+def test_ttr_expiry_hands_job_to_parked_lessee():
+    e = Engine()
+    add(e, "a", ttr=1_000)
+    lease(e, now=T0)
+    assert lease(e, timeout=10_000, now=T0, token="w") is None
+    e.advance(T0 + SEC)
+    [(token, reply)] = drain(e)
+    assert token == "w" and reply[1][0] == "a" and reply[1][6] == 2
+
+
+def test_ttr_failure_after_max_attempts_reaches_result_waiter():
+    e = Engine()
+    add(e, "a", ttr=1_000, max_attempts=1)
+    assert result(e, "a", timeout=60_000, now=T0, token="r") is None
+    lease(e, now=T0)
+    e.advance(T0 + SEC)
+    assert drain(e) == [("r", [OK, ["a", 0, b""]])]
+
+
 def test_unlimited_attempts_hit_hard_cap_of_255_at_lease_time():
     e = Engine()
     add(e, "a", ttr=1, max_attempts=0)
@@ -513,7 +537,7 @@ def test_duplicate_add_is_duplicate_job():
     e = Engine()
     assert add(e, "a")[0] == OK
     assert add(e, "a", name="other") == [CLIENT_ERROR, "Duplicate job"]
-    assert e.execute("run", ("a", "q", b"p", 0, 1000, 1000, 0), T0, "t") == [CLIENT_ERROR, "Duplicate job"]
+    assert run(e, "a", token="t") == [CLIENT_ERROR, "Duplicate job"]
     assert size(e) == 1
 
 

@@ -380,7 +380,7 @@ class Engine:
         reply = [OK, result_view(job)]
         foreground = False
         for waiter in list(waiting):
-            foreground = foreground or waiter.kind == "run"
+            foreground = foreground or waiter.kind in ("run", "run-leased")
             self._reply(waiter, reply)
         if foreground:
             self.apply(("delete", job.id))

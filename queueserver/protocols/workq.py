@@ -182,8 +182,9 @@ def _time(token: bytes) -> int:
     return stamp * 1000000
 
 
-def _split(line: bytes) -> Tuple[List[bytes], Dict[bytes, bytes]]:
-    """Positional tokens and ``-key=value`` flags of a command line."""
+def _split(line: bytes) -> Tuple[List[bytes], Optional[Dict[bytes, bytes]]]:
+    """Positional tokens and ``-key=value`` flags of a command line; flags are
+    ``None`` when malformed (reported once the command's block is consumed)."""
     args: List[bytes] = []
     flags: Dict[bytes, bytes] = {}
     bad_flags = False
@@ -197,9 +198,7 @@ def _split(line: bytes) -> Tuple[List[bytes], Dict[bytes, bytes]]:
             flags[key] = value
         else:
             args.append(token)
-    if bad_flags:
-        raise Invalid("Invalid command flags")
-    return args, flags
+    return args, (None if bad_flags else flags)
 
 
 def _job_flags(flags: Dict[bytes, bytes], allowed: set) -> Tuple[int, int, int]:
@@ -285,7 +284,8 @@ class WorkqCodec:
                     self._discard = size + 2  # keep the stream in step: drop the block
                     raise Invalid(size_error)
             except Invalid as err:
-                return Command.local(client_error(str(err)))
+                # Malformed flags are reported first, as the original did.
+                return Command.local(client_error("Invalid command flags" if flags is None else str(err)))
             self._head = (name, args, flags, size)
         name, args, flags, size = self._head
         if len(buf) < size + 2:
@@ -294,6 +294,9 @@ class WorkqCodec:
         if buf.peek(size, size + 2) != b"\r\n":
             # Resynchronise at the first CRLF after the block's start.
             end = buf.find(b"\r\n")
+            if end < 0:
+                self._head = (name, args, flags, size)
+                return None
             buf.skip(end + 2)
             return Command.local(client_error(_BLOCKS[name][2]))
         block = buf.take(size)
@@ -307,9 +310,11 @@ class WorkqCodec:
             raise Invalid("Unknown command")
         return args[0], args[1:], flags
 
-    def _command(self, name: bytes, args: List[bytes], flags: Dict[bytes, bytes],
+    def _command(self, name: bytes, args: List[bytes], flags: Optional[Dict[bytes, bytes]],
                  block: Optional[bytes]) -> Command:
         try:
+            if flags is None:
+                raise Invalid("Invalid command flags")
             build = _BUILDERS.get(name)
             if build is None:
                 raise Invalid("Unknown command")
