@@ -30,6 +30,7 @@ class ServerProcess:
         self.log_path = os.path.join(self.tmp.name, "server.log")
         self.process: Optional[subprocess.Popen] = None
         self.ports: Dict[str, int] = {}
+        self.final_log: Optional[str] = None
 
     def start(self) -> "ServerProcess":
         from queueserver.protocols import DEFAULT_PORTS
@@ -65,6 +66,8 @@ class ServerProcess:
         return sock
 
     def log(self) -> str:
+        if self.final_log is not None:
+            return self.final_log
         try:
             with open(self.log_path, "rb") as f:
                 return f.read().decode(errors="replace")
@@ -97,6 +100,7 @@ class ServerProcess:
             except OSError:
                 pass
         self._log.close()
+        self.final_log = self.log()
         self.tmp.cleanup()
         self.process = None
         return process.returncode

@@ -22,11 +22,15 @@ RECV_SIZE = 65536  # larger buffers cost a page mapping per recv
 
 
 class BatchWriter:
-    __slots__ = ("sock", "chunks", "_ready", "closed", "_closing", "_greenlet", "_on_error")
+    __slots__ = ("sock", "chunks", "queued", "drained", "_ready", "closed", "_closing",
+                 "_greenlet", "_on_error")
 
     def __init__(self, sock, on_error: Optional[Callable[[], None]] = None) -> None:
         self.sock = sock
         self.chunks: List[bytes] = []
+        self.queued = 0           # bytes waiting to be sent
+        self.drained = Event()    # set while nothing waits: readers pause on it
+        self.drained.set()
         self._ready = Event()
         self.closed = False
         self._closing = False
@@ -36,6 +40,7 @@ class BatchWriter:
     def write(self, data: bytes) -> None:
         if not self.closed:
             self.chunks.append(data)
+            self.queued += len(data)
             self._ready.set()
 
     @property
@@ -59,7 +64,11 @@ class BatchWriter:
                 self._ready.clear()
                 while self.chunks:
                     chunks, self.chunks = self.chunks, []
-                    sock.sendall(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+                    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                    self.drained.clear()
+                    sock.sendall(data)
+                    self.queued -= len(data)
+                self.drained.set()
                 if self._closing:
                     break
         except OSError:
@@ -68,6 +77,7 @@ class BatchWriter:
                 self._on_error()
         finally:
             self.closed = True
+            self.drained.set()
             if self._closing:
                 try:
                     sock.close()

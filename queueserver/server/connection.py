@@ -20,7 +20,8 @@ from .channel import RECV_SIZE, BatchWriter
 
 log = logging.getLogger("queueserver.router")
 
-MAX_UNANSWERED = 4096
+MAX_UNANSWERED = 4096          # requests in flight before reading pauses
+MAX_QUEUED_BYTES = 4 * 1048576  # answers waiting for a slow reader before reading pauses
 
 
 class Slot:
@@ -69,6 +70,9 @@ class ClientConnection:
                 if len(self.slots) > MAX_UNANSWERED:
                     self._drained.clear()
                     self._drained.wait()
+                if self.writer.queued > MAX_QUEUED_BYTES:
+                    # The client is not reading its answers: stop reading its requests.
+                    self.writer.drained.wait()
         finally:
             self._lost()
 
