@@ -31,6 +31,36 @@ def _serve_parser(sub) -> None:
     p.add_argument("--log-level", metavar="LEVEL", help="debug, info, warning or error (default info)")
 
 
+def _worker_parser(sub) -> None:
+    p = sub.add_parser("worker", help="run a worker that calls module:function for each job",
+                       description="Lease jobs in a loop, call FUNCTION(job) and complete the job "
+                                   "with its return value, or fail it with the traceback.")
+    p.add_argument("function", metavar="module:function")
+    p.add_argument("--queue", action="append", required=True, metavar="NAME",
+                   help="queue to lease from (repeat for several)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=9922)
+    p.add_argument("--wait-timeout", type=int, default=1000, metavar="MS",
+                   help="lease wait per round; bounds how long a stop takes (default 1000)")
+    p.add_argument("--max-jobs", type=int, metavar="N", help="stop after N jobs")
+    p.add_argument("--log-level", default="info")
+
+
+def _work(args: argparse.Namespace) -> int:
+    from .client import Client
+    from .worker import Worker, load_handler
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s worker %(levelname)s %(message)s")
+    sys.path.insert(0, ".")
+    handler = load_handler(args.function)
+    with Client(args.host, args.port) as client:
+        worker = Worker(client, args.queue, handler, args.wait_timeout, args.max_jobs)
+        worker.install_signal_handlers()
+        done = worker.run()
+    logging.getLogger("queueserver.worker").info("stopped after %d jobs", done)
+    return 0
+
+
 def build_config(args: argparse.Namespace) -> Config:
     config = Config.load(args.config)
     for key in ("shards", "bind", "runtime_dir", "log_level"):
@@ -56,7 +86,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="queueserver", description="A multi-protocol job queue server.")
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
+    _worker_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "worker":
+        return _work(args)
     if args.command == "serve":
         try:
             config = build_config(args)

@@ -1,0 +1,134 @@
+"""A worker loop: lease, call a function, complete or fail, repeat.
+
+The function receives a :class:`~queueserver.client.Job` and returns the
+result (``bytes``, ``str`` or ``None``); an exception fails the job with
+the traceback as its result. The worker respects the job's TTR: when the
+function outlives the lease, the worker reports nothing (the server has
+already given the job back to its queue). SIGTERM and SIGINT stop the loop
+after the current job; leases use a short wait so stopping is prompt.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import signal
+import threading
+import time
+import traceback
+from typing import Callable, Iterable, Optional, Union
+
+from .client import Client, ConnectionLost, Job, TimedOut, WorkqError
+
+log = logging.getLogger("queueserver.worker")
+
+Handler = Callable[[Job], Union[bytes, str, None]]
+
+
+class LeaseExpired(Exception):
+    """Raised inside the handler when the job's TTR runs out."""
+
+
+def load_handler(spec: str) -> Handler:
+    """``package.module:function`` to the function."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"expected module:function, got {spec!r}")
+    handler = getattr(importlib.import_module(module_name), attr)
+    if not callable(handler):
+        raise ValueError(f"{spec} is not callable")
+    return handler
+
+
+def _as_bytes(value: Union[bytes, str, None]) -> bytes:
+    if value is None:
+        return b""
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"a handler must return bytes, str or None, not {type(value).__name__}")
+
+
+class Worker:
+    def __init__(self, client: Client, queues: Union[str, Iterable[str]], handler: Handler,
+                 wait_timeout: int = 1000, max_jobs: Optional[int] = None) -> None:
+        self.client = client
+        self.queues = [queues] if isinstance(queues, str) else list(queues)
+        self.handler = handler
+        self.wait_timeout = wait_timeout
+        self.max_jobs = max_jobs
+        self.processed = 0
+        self._stop = threading.Event()
+
+    def stop(self, *_args) -> None:
+        self._stop.set()
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+
+    def run(self) -> int:
+        """Work until stopped (or ``max_jobs`` done); returns jobs processed."""
+        while not self._stop.is_set():
+            if self.max_jobs is not None and self.processed >= self.max_jobs:
+                break
+            try:
+                job = self.client.lease(self.queues, self.wait_timeout)
+            except TimedOut:
+                continue
+            except (ConnectionLost, OSError) as err:
+                log.warning("connection problem (%s); retrying", err)
+                self._stop.wait(0.5)
+                continue
+            self.process(job)
+        return self.processed
+
+    def process(self, job: Job) -> None:
+        ttr_ms = self._ttr(job)
+        started = time.monotonic()
+        try:
+            with _deadline(ttr_ms):
+                result = _as_bytes(self.handler(job))
+            ok = True
+        except LeaseExpired:
+            log.warning("job %s outlived its TTR of %s ms; leaving it to the server", job.id, ttr_ms)
+            return
+        except Exception:
+            result = traceback.format_exc().encode()
+            ok = False
+        self.processed += 1
+        if ttr_ms and (time.monotonic() - started) * 1000 >= ttr_ms:
+            log.warning("job %s finished after its TTR; not reporting it", job.id)
+            return
+        try:
+            (self.client.complete if ok else self.client.fail)(job.id, result)
+        except WorkqError as err:
+            log.warning("reporting job %s failed: %s", job.id, err)
+
+    def _ttr(self, job: Job) -> int:
+        try:
+            return int(self.client.inspect_job(job.id)["ttr"])
+        except (WorkqError, KeyError, ValueError):
+            return 0
+
+
+class _deadline:
+    """Raise :class:`LeaseExpired` in the handler after ``ms`` (main thread only)."""
+
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+        self.armed = ms > 0 and threading.current_thread() is threading.main_thread()
+
+    def __enter__(self) -> None:
+        if self.armed:
+            self._previous = signal.signal(signal.SIGALRM, self._expire)
+            signal.setitimer(signal.ITIMER_REAL, self.ms / 1000.0)
+
+    def __exit__(self, *exc) -> None:
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous)
+
+    @staticmethod
+    def _expire(signum, frame) -> None:
+        raise LeaseExpired()
