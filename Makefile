@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: run test venv dev clean
+.PHONY: run test venv dev clean loadtest
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ run: venv
 
 test: dev
 	$(BIN)/python -m pytest $(ARGS)
+
+# A bounded headless locust run against a server it starts on loopback.
+loadtest: dev
+	$(BIN)/python loadtests/loadtest.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
