@@ -60,7 +60,7 @@ def result_view(job: Job) -> list:
 
 
 def inspect_view(job: Job) -> list:
-    return [job.id, job.name, job.ttr, job.ttl, job.payload, job.max_attempts,
+    return [job.id, job.name, job.ttr, job.ttl, job.payload, max(job.max_attempts, 0),
             job.attempts, job.max_fails, job.fails, job.priority, job.state,
             job.created, job.sched if job.scheduled else None]
 
@@ -458,7 +458,7 @@ class Engine:
         job = self.jobs[id]
         self.timers.cancel(job.timer)
         job.timer = None
-        if job.max_attempts and job.attempts >= job.max_attempts:
+        if job.max_attempts > 0 and job.attempts >= job.max_attempts:
             self._settle(job, J.FAILED, b"")
         else:
             self._requeue(job, now)

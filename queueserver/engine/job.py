@@ -15,8 +15,10 @@ FAILED = 2
 PENDING = 3
 LEASED = 4
 
-#: Hard cap on attempts when a job says "unlimited" (max-attempts 0).
+#: Hard cap on attempts when a workq job says "unlimited" (max-attempts 0).
 ATTEMPTS_CAP = 255
+#: max_attempts of jobs from protocols with no attempt limit at all.
+UNLIMITED_ATTEMPTS = -1
 
 
 class Job:
@@ -53,7 +55,7 @@ class Job:
         self.priority = priority
         self.ttr = ttr                      # ms; 0 means the lease never times out
         self.ttl = ttl                      # ms; 0 means the job never expires
-        self.max_attempts = max_attempts    # 0: unlimited up to ATTEMPTS_CAP
+        self.max_attempts = max_attempts    # 0: up to ATTEMPTS_CAP; UNLIMITED_ATTEMPTS: no cap
         self.max_fails = max_fails
         self.attempts = 0
         self.fails = 0
@@ -71,8 +73,9 @@ class Job:
 
     @property
     def attempts_left(self) -> bool:
-        cap = self.max_attempts or ATTEMPTS_CAP
-        return self.attempts < cap
+        if self.max_attempts < 0:
+            return True
+        return self.attempts < (self.max_attempts or ATTEMPTS_CAP)
 
     @property
     def finished(self) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
+from ..engine.job import UNLIMITED_ATTEMPTS
 from ..engine.status import Reply
 
 # How the router finds the shard(s) for a command.
@@ -48,6 +49,22 @@ class Command:
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"<Command {self.op} {self.args!r} route={self.route} key={self.key!r}>"
+
+
+def new_job(name: str, payload: bytes, render: Render, *, id: Optional[str] = None,
+            priority: int = 0, ttr: int = 0, ttl: int = 0, max_attempts: int = UNLIMITED_ATTEMPTS,
+            max_fails: int = 0, sched: Optional[int] = None, unique: bool = False) -> Command:
+    """The ``add`` command every protocol uses to create a job.
+
+    ``id`` None lets the server make a UUIDv4. Durations are milliseconds
+    (``ttr`` 0: a lease never runs out; ``ttl`` 0: the job never expires);
+    ``sched`` is microseconds since the epoch. Attempts are unlimited unless
+    a protocol says otherwise (workq caps them). The engine answers
+    ``[OK, [id, number]]``, or ``[OK, None]`` when ``unique`` dropped a
+    payload the queue already holds.
+    """
+    args = (id, name, payload, priority, ttr, ttl, max_attempts, max_fails, sched, unique)
+    return Command("add", args, BY_NAME, name, render, new_id=SERVER_ID if id is None else id)
 
 
 class InputBuffer:

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ..engine import status as S
 from ..engine.status import Reply
-from .base import ALL, BY_ID, BY_NAME, BY_NAMES, Command, InputBuffer, LineTooLong
+from .base import ALL, BY_ID, BY_NAME, BY_NAMES, Command, InputBuffer, LineTooLong, new_job
 
 MAX_PAYLOAD = 1048576
 MAX_LINE = 65536
@@ -332,8 +332,8 @@ def _build_add(args, flags, block) -> Command:
     ttr = _uint(args[2], MAX_TTR, "Invalid TTR", low=1)
     ttl = _uint(args[3], MAX_TTL, "Invalid TTL", low=1)
     priority, max_attempts, max_fails = _job_flags(flags, _JOB_FLAGS)
-    return Command("add", (id, name, block, priority, ttr, ttl, max_attempts, max_fails, None, False),
-                   BY_NAME, name, render_ok, new_id=id)
+    return new_job(name, block, render_ok, id=id, priority=priority, ttr=ttr, ttl=ttl,
+                   max_attempts=max_attempts, max_fails=max_fails)
 
 
 def _build_schedule(args, flags, block) -> Command:
@@ -343,8 +343,8 @@ def _build_schedule(args, flags, block) -> Command:
     ttl = _uint(args[3], MAX_TTL, "Invalid TTL", low=1)
     sched = _time(args[4])
     priority, max_attempts, max_fails = _job_flags(flags, _JOB_FLAGS)
-    return Command("add", (id, name, block, priority, ttr, ttl, max_attempts, max_fails, sched, False),
-                   BY_NAME, name, render_ok, new_id=id)
+    return new_job(name, block, render_ok, id=id, priority=priority, ttr=ttr, ttl=ttl,
+                   max_attempts=max_attempts, max_fails=max_fails, sched=sched)
 
 
 def _build_run(args, flags, block) -> Command:

@@ -1,8 +1,12 @@
 """Socket plumbing shared by the router and the shards.
 
-:class:`BatchWriter` gives each socket its own writer greenlet: callers only
-append bytes, so a slow or vanished peer stalls nobody else, and everything
-queued while the writer was busy leaves in one ``sendall``.
+:class:`BatchWriter` queues outgoing bytes per socket. Once per turn of the
+event loop, one hub callback sends everything every writer queued in that
+turn with a single non-blocking ``send`` each: replies to many pipelined or
+concurrent requests leave together, and no greenlet switch is paid for a
+write that the kernel accepts at once. Only when a peer's socket buffer is
+full does that writer get a greenlet of its own to wait, so a slow or
+vanished peer stalls nobody else.
 
 :class:`FrameChannel` carries msgpack frames (never pickle) both ways over the
 router<->shard Unix socket: many requests in flight, answered out of order.
@@ -20,69 +24,123 @@ log = logging.getLogger(__name__)
 
 RECV_SIZE = 65536  # larger buffers cost a page mapping per recv
 
+_pending: List["BatchWriter"] = []   # writers with bytes queued this loop turn
+_scheduled = False
+
+
+def _flush_pending() -> None:
+    global _scheduled
+    _scheduled = False
+    writers = _pending[:]
+    del _pending[:]
+    for writer in writers:
+        writer._flush()
+
 
 class BatchWriter:
-    __slots__ = ("sock", "chunks", "queued", "drained", "_ready", "closed", "_closing",
-                 "_greenlet", "_on_error")
+    __slots__ = ("sock", "_raw", "chunks", "queued", "drained", "closed", "_closing",
+                 "_greenlet", "_on_error", "_listed")
 
     def __init__(self, sock, on_error: Optional[Callable[[], None]] = None) -> None:
         self.sock = sock
+        self._raw = sock._sock     # the non-blocking OS socket inside gevent's socket
         self.chunks: List[bytes] = []
-        self.queued = 0           # bytes waiting to be sent
-        self.drained = Event()    # set while nothing waits: readers pause on it
+        self.queued = 0            # bytes waiting to be sent
+        self.drained = Event()     # set while nothing waits: readers pause on it
         self.drained.set()
-        self._ready = Event()
         self.closed = False
         self._closing = False
         self._on_error = on_error
-        self._greenlet = gevent.spawn(self._run)
+        self._greenlet: Optional[gevent.Greenlet] = None
+        self._listed = False
 
     def write(self, data: bytes) -> None:
-        if not self.closed:
-            self.chunks.append(data)
-            self.queued += len(data)
-            self._ready.set()
+        if self.closed:
+            return
+        self.chunks.append(data)
+        self.queued += len(data)
+        self._list()
+
+    def _list(self) -> None:
+        global _scheduled
+        if not self._listed:
+            self._listed = True
+            _pending.append(self)
+            if not _scheduled:
+                _scheduled = True
+                gevent.get_hub().loop.run_callback(_flush_pending)
 
     @property
     def closing(self) -> bool:
         return self._closing
 
     def close(self) -> None:
-        """Flush what is queued, then shut the socket."""
+        """Send what is queued, then shut the socket."""
         self._closing = True
-        self._ready.set()
+        self._list()
 
     def kill(self) -> None:
+        """Drop what is queued; the socket is the owner's to close."""
         self.closed = True
-        self._greenlet.kill(block=False)
+        self.chunks = []
+        self.drained.set()
+        if self._greenlet is not None:
+            self._greenlet.kill(block=False)
 
-    def _run(self) -> None:
-        sock = self.sock
+    def _flush(self) -> None:
+        """In the hub: one non-blocking send; a greenlet takes over what is left."""
+        self._listed = False
+        if self.closed or self._greenlet is not None:
+            return  # dead, or a greenlet is already waiting to send the rest
+        if self.chunks:
+            chunks, self.chunks = self.chunks, []
+            data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            try:
+                sent = self._raw.send(data)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                self._fail()
+                return
+            self.queued -= sent
+            if sent < len(data):
+                self.chunks.insert(0, data[sent:])
+                self.drained.clear()
+                self._greenlet = gevent.spawn(self._drain)
+                return
+        self.drained.set()
+        if self._closing:
+            self._shut()
+
+    def _drain(self) -> None:
         try:
-            while True:
-                self._ready.wait()
-                self._ready.clear()
-                while self.chunks:
-                    chunks, self.chunks = self.chunks, []
-                    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                    self.drained.clear()
-                    sock.sendall(data)
-                    self.queued -= len(data)
-                self.drained.set()
-                if self._closing:
-                    break
+            while self.chunks:
+                chunks, self.chunks = self.chunks, []
+                data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                self.sock.sendall(data)
+                self.queued -= len(data)
         except OSError:
-            self.closed = True
-            if self._on_error is not None:
-                self._on_error()
-        finally:
-            self.closed = True
-            self.drained.set()
-            if self._closing:
-                try:
-                    sock.close()
-                except OSError:
-                    pass
+            self._greenlet = None
+            self._fail()
+            return
+        self._greenlet = None
+        self.drained.set()
+        if self._closing:
+            self._shut()
+
+    def _fail(self) -> None:
+        self.closed = True
+        self.chunks = []
+        self.drained.set()
+        if self._on_error is not None:
+            self._on_error()
+
+    def _shut(self) -> None:
+        self.closed = True
+        try:
+            self.sock.close()
+        except OSError:
+            pass
 
 
 class FrameChannel:

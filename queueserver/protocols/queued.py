@@ -1,0 +1,147 @@
+"""The queued protocol codec (sans-I/O).
+
+``COMMAND DATA`` lines ending in ``\\n`` (a ``\\r`` before it is tolerated);
+replies ``OK``, ``ITEM <b64>``, ``TRUE``, ``FALSE``, ``SIZE <n>`` or
+``ERROR <b64(message)>``, each ending in ``\\n``. Base64 is the standard
+alphabet with padding. A connection starts on queue ``default``; ``USE``
+switches it, and the switch takes effect for every command decoded after it,
+so pipelined commands land on the queue that was current when they were sent.
+
+Parsing follows the original server: the command is the text before the
+first space (surrounding whitespace trimmed), the data everything after it.
+Where the seed and the decisions file are silent (recorded for the docs):
+
+* ``ENQUE `` with an empty argument enqueues the empty item (the empty
+  string is valid base64); ``ENQUE`` with no argument at all is
+  ``bad line ''``.
+* ``DEQUE`` followed by data is ``recieved msg data when none was expected``
+  and ``USE`` with a blank name ``Must supply a (non-blank) queue name``
+  (both the original's texts); ``SIZE`` ignores data.
+* A queue name is the trimmed argument of ``USE``; one that is not UTF-8 or
+  contains whitespace is ``bad line '<name>'`` and the queue stays as it was.
+* A line longer than ``max_line`` (base64 of 1 MiB plus 1 KiB) answers
+  ``ERROR <b64("line too long")>`` and is skipped up to its newline.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Optional
+
+from ..engine import status as S
+from ..engine.status import Reply
+from .base import BY_NAME, Command, new_job
+from .lines import LineCodec, utf8
+
+MAX_LINE = 4 * ((1048576 + 2) // 3) + 1024
+DEFAULT_QUEUE = "default"
+HASH_SIZE = 32
+
+
+def error(message: bytes) -> bytes:
+    return b"ERROR " + base64.b64encode(message) + b"\n"
+
+
+OK_REPLY = b"OK\n"
+TRUE_REPLY = b"TRUE\n"
+FALSE_REPLY = b"FALSE\n"
+QUEUE_EMPTY = error(b"queue is empty")   # b"ERROR cXVldWUgaXMgZW1wdHk=\n"
+LINE_TOO_LONG = error(b"line too long")
+
+
+def _bad_line(arg: bytes) -> Command:
+    return Command.local(error(b"bad line '" + arg + b"'"))
+
+
+def _decode_b64(arg: bytes) -> Optional[bytes]:
+    """Standard base64 with padding (``\\r`` ignored, as Go's decoder does), or None."""
+    try:
+        return base64.b64decode(arg.replace(b"\r", b""), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------- rendering
+def _error(reply: Reply) -> bytes:
+    if reply[0] == S.TIMEOUT:
+        return QUEUE_EMPTY
+    return error((str(reply[1]) or "internal error").encode())
+
+
+def render_ok(reply: Reply) -> bytes:
+    """``add`` (kept or dropped as a duplicate) and ``create_queue`` -> ``OK``."""
+    return OK_REPLY if reply[0] == S.OK else _error(reply)
+
+
+def render_item(reply: Reply) -> bytes:
+    """``take`` -> ``ITEM <b64>``, or the queue-is-empty error."""
+    if reply[0] != S.OK:
+        return _error(reply)
+    return b"ITEM " + base64.b64encode(reply[1][2]) + b"\n"
+
+
+def render_has(reply: Reply) -> bytes:
+    if reply[0] != S.OK:
+        return _error(reply)
+    return TRUE_REPLY if reply[1] else FALSE_REPLY
+
+
+def render_size(reply: Reply) -> bytes:
+    return b"SIZE %d\n" % reply[1] if reply[0] == S.OK else _error(reply)
+
+
+# ------------------------------------------------------------------ codec
+class QueuedCodec(LineCodec):
+    """Decodes one connection's queued byte stream into :class:`Command` objects.
+
+    Without ``allow_dups`` (the default) an ENQUE of an item the queue
+    already holds is dropped and still answered ``OK``.
+    """
+
+    def __init__(self, allow_dups: bool = False, max_line: int = MAX_LINE) -> None:
+        super().__init__(max_line)
+        self.unique = not allow_dups
+        self.queue = DEFAULT_QUEUE
+
+    def line_too_long(self) -> Command:
+        return Command.local(LINE_TOO_LONG)
+
+    def decode_line(self, line: bytes) -> Command:
+        head, space, rest = line.partition(b" ")
+        command = head.strip()
+        data = rest if space else None
+        name = self.queue
+        if command == b"ENQUE" or command == b"HAS":
+            if data is None:
+                return _bad_line(b"")
+            arg = data.strip()
+            item = _decode_b64(arg)
+            if item is None:
+                return _bad_line(arg)
+            if command == b"HAS":
+                if len(item) != HASH_SIZE:
+                    message = f"Expected a hash of size {HASH_SIZE} got {len(item)}"
+                    return Command.local(error(message.encode()))
+                return Command("has", (name, item), BY_NAME, name, render_has)
+            return new_job(name, item, render_ok, unique=self.unique)
+        if command == b"DEQUE":
+            if data is not None:
+                return Command.local(error(b"recieved msg data when none was expected"))
+            return Command("take", (name,), BY_NAME, name, render_item)
+        if command == b"SIZE":
+            return Command("size", (name,), BY_NAME, name, render_size)
+        if command == b"USE":
+            return self._use(data)
+        return Command.local(error(b"bad command recieved, '" + command + b"'"))
+
+    def _use(self, data: Optional[bytes]) -> Command:
+        if data is None:
+            return Command.local(error(b"Must supply a queue name"))
+        raw = data.strip()
+        if not raw:
+            return Command.local(error(b"Must supply a (non-blank) queue name"))
+        name = utf8(raw)
+        if name is None or any(c.isspace() for c in name):
+            return _bad_line(raw)
+        self.queue = name
+        return Command("create_queue", (name,), BY_NAME, name, render_ok)

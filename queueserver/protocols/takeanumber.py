@@ -1,0 +1,158 @@
+"""The takeanumber protocol codec (sans-I/O).
+
+A RESP-like text protocol: one command per line (``\\r\\n`` or a bare
+``\\n``), replies ``+<string>``, ``:<integer>`` or ``-ERR <message>``, each
+ending in ``\\r\\n``. Commands are case-sensitive. Queues are FIFO; ids are
+server-made UUIDv4 strings.
+
+Where the seed and the decisions file are silent (recorded for the docs):
+
+* Tokens are separated by spaces; leading, trailing and repeated spaces are
+  ignored, except after ``ADD``: its name, retries and body are separated by
+  exactly one space each and the body is the rest of the line, byte for byte
+  (so ``ADD q 1 \\r\\n`` has an empty body, as the seed says). Only the space
+  separates: ``LEN\\tq`` is no command.
+* ``LEN``/``RESERVE`` need exactly one argument and ``RETRY``/``DONE``
+  exactly two, else ``-ERR Missing <CMD> parameters.`` (the original's
+  texts, also for too many arguments). ``CLOSE`` ignores arguments.
+* ``retries`` is a signed decimal integer; a negative count means 0, and
+  counts above 2**31-1 are capped there; anything else (or a value beyond
+  64 bits) is ``-ERR Invalid number of retries.``
+* A queue name must be UTF-8: ``ADD`` to any other name answers
+  ``-ERR Invalid queue name.``; ``LEN``/``RESERVE``/``RETRY``/``DONE`` on one
+  answer as for an empty queue (``:0``, ``:-1``, ``-ERR No such Id.``).
+* A line longer than ``max_line`` (1 MiB + 1 KiB) answers
+  ``-ERR Line too long.`` and is skipped up to its newline.
+* Nothing pipelined after ``CLOSE`` is executed.
+"""
+from __future__ import annotations
+
+import re
+
+from ..engine import status as S
+from ..engine.status import Reply
+from .base import BY_NAME, Command, new_job
+from .lines import LineCodec, utf8
+
+MAX_LINE = 1048576 + 1024
+MAX_RETRIES = 2 ** 31 - 1
+
+_INT = re.compile(rb"\A[+-]?[0-9]+\Z")
+
+OK_REPLY = b"+OK\r\n"
+EMPTY_REPLY = b":-1\r\n"
+NO_SUCH_ID = b"-ERR No such Id.\r\n"
+
+
+def error(message: str) -> bytes:
+    return b"-ERR " + message.encode() + b"\r\n"
+
+
+UNRECOGNIZED = error("Unrecognized command.")
+NO_BODY = error("No body provided.")
+BAD_RETRIES = error("Invalid number of retries.")
+BAD_NAME = error("Invalid queue name.")
+LINE_TOO_LONG = error("Line too long.")
+
+
+def _missing(command: str) -> Command:
+    return Command.local(error(f"Missing {command} parameters."))
+
+
+# ---------------------------------------------------------------- rendering
+def _error(reply: Reply) -> bytes:
+    status = reply[0]
+    if status == S.NOT_FOUND:
+        return NO_SUCH_ID
+    if status == S.TIMEOUT:
+        return EMPTY_REPLY
+    return error(str(reply[1]) or "Internal error")
+
+
+def render_len(reply: Reply) -> bytes:
+    """``size`` -> ``:<n>``."""
+    return b":%d\r\n" % reply[1] if reply[0] == S.OK else _error(reply)
+
+
+def render_add(reply: Reply) -> bytes:
+    """``add`` -> ``+<id>``."""
+    if reply[0] != S.OK:
+        return _error(reply)
+    return b"+" + reply[1][0].encode() + b"\r\n"
+
+
+def render_reserve(reply: Reply) -> bytes:
+    """``lease`` -> ``+<id> <body>``, or ``:-1`` when the queue is empty."""
+    if reply[0] != S.OK:
+        return _error(reply)
+    view = reply[1]
+    return b"".join((b"+", view[0].encode(), b" ", view[2], b"\r\n"))
+
+
+def render_ok(reply: Reply) -> bytes:
+    """``retry``/``delete`` -> ``+OK``; an unknown id -> ``-ERR No such Id.``"""
+    return OK_REPLY if reply[0] == S.OK else _error(reply)
+
+
+# ------------------------------------------------------------------ codec
+class TakeANumberCodec(LineCodec):
+    """Decodes one connection's takeanumber byte stream into :class:`Command` objects.
+
+    ``reservation_timeout`` (ms) returns a reserved job to its queue when it
+    is neither retried nor done in time; 0 (the default) never does.
+    """
+
+    def __init__(self, reservation_timeout: int = 0, max_line: int = MAX_LINE) -> None:
+        super().__init__(max_line)
+        self.reservation_timeout = max(0, int(reservation_timeout or 0))
+
+    def line_too_long(self) -> Command:
+        return Command.local(LINE_TOO_LONG)
+
+    def decode_line(self, line: bytes) -> Command:
+        line = line.lstrip(b" ")
+        head, _, rest = line.partition(b" ")
+        if head == b"ADD":
+            return self._add(rest)
+        args = [token for token in line.split(b" ") if token]
+        command = args[0] if args else b""
+        if command == b"LEN" or command == b"RESERVE":
+            if len(args) != 2:
+                return _missing(command.decode())
+            name = utf8(args[1])
+            if command == b"LEN":
+                if name is None:
+                    return Command.local(b":0\r\n")
+                return Command("size", (name,), BY_NAME, name, render_len)
+            if name is None:
+                return Command.local(EMPTY_REPLY)
+            return Command("lease", ([name], 0), BY_NAME, name, render_reserve)
+        if command == b"RETRY" or command == b"DONE":
+            if len(args) != 3:
+                return _missing(command.decode())
+            name, id = utf8(args[1]), utf8(args[2])
+            if name is None or id is None:
+                return Command.local(NO_SUCH_ID)
+            op = "retry" if command == b"RETRY" else "delete"
+            return Command(op, (id, name), BY_NAME, name, render_ok)
+        if command == b"CLOSE":
+            return Command.local(b"", close=True)
+        return Command.local(UNRECOGNIZED)
+
+    def _add(self, rest: bytes) -> Command:
+        parts = rest.split(b" ", 2)
+        if len(parts) < 3 or not parts[0]:
+            return _missing("ADD")
+        raw_name, raw_retries, body = parts
+        if not _INT.match(raw_retries):
+            return Command.local(BAD_RETRIES)
+        retries = int(raw_retries)
+        if not -2 ** 63 <= retries < 2 ** 64:
+            return Command.local(BAD_RETRIES)
+        retries = min(max(retries, 0), MAX_RETRIES)
+        if not body:
+            return Command.local(NO_BODY)
+        name = utf8(raw_name)
+        if name is None:
+            return Command.local(BAD_NAME)
+        return new_job(name, body, render_add, ttr=self.reservation_timeout, max_fails=retries)
