@@ -8,12 +8,13 @@ connection (nothing pipelined after it runs).
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import List, Optional
 
 from .base import Command, InputBuffer, LineTooLong
 
 
-class LineCodec:
+class LineCodec(ABC):
     """Base class: subclasses decode one line into one :class:`Command`."""
 
     def __init__(self, max_line: int) -> None:
@@ -53,11 +54,13 @@ class LineCodec:
             return None
         return self.decode_line(line)
 
-    def decode_line(self, line: bytes) -> Command:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def decode_line(self, line: bytes) -> Command:
+        """The command one complete line (without its line ending) asks for."""
 
-    def line_too_long(self) -> Command:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def line_too_long(self) -> Command:
+        """The answer to a line longer than ``max_line``."""
 
 
 def utf8(token: bytes) -> Optional[str]:
