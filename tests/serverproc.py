@@ -19,6 +19,15 @@ from typing import Dict, List, Optional
 STARTUP_TIMEOUT = 30.0
 
 
+def _die_with_parent() -> None:
+    """Linux: SIGTERM the server if the test process dies, so none is left behind."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class ServerProcess:
     def __init__(self, shards: int = 1, extra: Optional[List[str]] = None,
                  protocols: Optional[List[str]] = None) -> None:
@@ -43,7 +52,8 @@ class ServerProcess:
                 argv.append(f"--no-{name}")
         argv += self.extra
         self._log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT,
+                                        preexec_fn=_die_with_parent)
         ports_file = os.path.join(self.runtime_dir, "ports.json")
         deadline = time.monotonic() + STARTUP_TIMEOUT
         while time.monotonic() < deadline:
