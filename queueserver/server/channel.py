@@ -14,6 +14,7 @@ router<->shard Unix socket: many requests in flight, answered out of order.
 from __future__ import annotations
 
 import logging
+import socket
 from typing import Any, Callable, List, Optional
 
 import gevent
@@ -38,7 +39,7 @@ def _flush_pending() -> None:
 
 
 class BatchWriter:
-    __slots__ = ("sock", "_raw", "chunks", "queued", "drained", "closed", "_closing",
+    __slots__ = ("sock", "_raw", "chunks", "queued", "drained", "done", "closed", "_closing",
                  "_greenlet", "_on_error", "_listed")
 
     def __init__(self, sock, on_error: Optional[Callable[[], None]] = None) -> None:
@@ -48,6 +49,7 @@ class BatchWriter:
         self.queued = 0            # bytes waiting to be sent
         self.drained = Event()     # set while nothing waits: readers pause on it
         self.drained.set()
+        self.done = Event()        # set once the writer has stopped for good
         self.closed = False
         self._closing = False
         self._on_error = on_error
@@ -75,7 +77,7 @@ class BatchWriter:
         return self._closing
 
     def close(self) -> None:
-        """Send what is queued, then shut the socket."""
+        """Send what is queued, then shut the socket for writing (the peer sees EOF)."""
         self._closing = True
         self._list()
 
@@ -84,6 +86,7 @@ class BatchWriter:
         self.closed = True
         self.chunks = []
         self.drained.set()
+        self.done.set()
         if self._greenlet is not None:
             self._greenlet.kill(block=False)
 
@@ -132,15 +135,17 @@ class BatchWriter:
         self.closed = True
         self.chunks = []
         self.drained.set()
+        self.done.set()
         if self._on_error is not None:
             self._on_error()
 
     def _shut(self) -> None:
         self.closed = True
         try:
-            self.sock.close()
+            self.sock.shutdown(socket.SHUT_WR)  # all queued bytes were sent
         except OSError:
             pass
+        self.done.set()
 
 
 class FrameChannel:

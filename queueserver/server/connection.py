@@ -12,6 +12,7 @@ import logging
 from collections import deque
 from typing import Any, Optional
 
+import gevent
 from gevent.event import Event
 
 from ..engine.status import Reply
@@ -22,6 +23,7 @@ log = logging.getLogger("queueserver.router")
 
 MAX_UNANSWERED = 4096          # requests in flight before reading pauses
 MAX_QUEUED_BYTES = 4 * 1048576  # answers waiting for a slow reader before reading pauses
+LINGER_SECONDS = 2.0            # how long a closing connection waits for its last reply to leave
 
 
 class Slot:
@@ -75,6 +77,17 @@ class ClientConnection:
                     self.writer.drained.wait()
         finally:
             self._lost()
+            if self.writer.closing:
+                self._linger()
+
+    def _linger(self) -> None:
+        """After a reply that closes the connection: let it leave, then read
+        off what the client still sends, so closing sends no reset that could
+        destroy the reply in flight."""
+        with gevent.Timeout(LINGER_SECONDS, False):
+            self.writer.done.wait()
+            while self.sock.recv(RECV_SIZE):
+                pass
 
     def _dispatch(self, command: Command) -> None:
         slot = Slot()
@@ -127,6 +140,6 @@ class ClientConnection:
         if not self.writer.closing:
             self.writer.kill()
             try:
-                self.sock.close()
+                self.sock.close()  # also wakes a reader blocked in recv
             except OSError:
                 pass

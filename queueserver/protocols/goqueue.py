@@ -1,0 +1,253 @@
+"""The goqueue protocol codec (sans-I/O).
+
+Binary, little-endian. ``<string>`` is UTF-8 ending in a NUL byte; ``<data>``
+is a u32 length then that many bytes. Requests::
+
+    CONNECT\\0                                   -> OK\\0
+    ADD\\0 <queue>\\0 <priority u32> <ttp u32> <data> -> ADDED\\0 <id u64>
+    DELETE\\0 <id u64>                           -> OK\\0
+    RESERVE\\0 <queue>\\0 <timeout u32>             -> RESERVED\\0 <id u64> <priority u32>
+                                                   <ttp u32> reserved\\0 <data>
+                                                 | TIMEOUT\\0
+
+Mapping onto the shared store:
+
+* ``<id>`` is the job's 64-bit number (server-made, from 1, increasing), so
+  ``DELETE`` reaches a job on any shard, whichever protocol added it.
+* ``<priority>`` is served lowest first, FIFO within one priority; see
+  :mod:`.ordering` for how it maps onto the engine and how other protocols'
+  jobs are shown (clamped into 0..2**32-1).
+* ``<ttp>`` seconds become the lease's TTR: a reserved job not deleted in
+  time returns to ready (0: never), as often as it happens (no attempt
+  limit). RESERVED shows ``ttr_ms // 1000``. Jobs never expire (no TTL).
+* RESERVE ``<timeout>`` is in seconds; 0 waits without limit. RESERVE of
+  the empty name is an ordinary reserve (TaskFlux's always-present queue
+  ``""`` is shared), although ADD refuses it as the original did.
+
+Every error is ``ERROR\\0<message>\\0``. Messages:
+
+* ``Unknown Command <X>``: ``X`` is an uppercase word (``[A-Z]+``) that is
+  no command; the connection stays usable (the next byte starts a request).
+  If the word is not an uppercase word (lowercase, digits, binary, empty)
+  the framing is lost: same message, then the connection is closed.
+* ``Malformed command: no NUL within 64 bytes``: no command word ends within
+  64 bytes; closes the connection.
+* ``Error adding new job to queue <queue>``: ADD with an empty queue name
+  (the original's text), or an ADD the store refused.
+* ``Malformed ADD command: queue name is not valid UTF-8`` (likewise for
+  RESERVE); the request is skipped, the connection stays usable.
+* ``Malformed ADD command: queue name longer than 65536 bytes`` (likewise for
+  RESERVE) and ``Malformed ADD command: job data longer than 1048576 bytes``:
+  the connection is closed after the error.
+* ``Job <id> already deleted``: DELETE of an id that does not exist.
+* A server-side failure (a shard down) answers ``ERROR\\0<its message>\\0``.
+
+Unlike the original, which lost whatever followed the first request in one
+read, pipelined requests are all answered, in order.
+"""
+from __future__ import annotations
+
+import re
+import struct
+from functools import partial
+from typing import List, Optional
+
+from ..engine import status as S
+from ..engine.status import Reply
+from . import ordering
+from .base import BY_NAME, BY_NUMBER, Command, InputBuffer, new_job
+
+MAX_WORD = 64             # a command word longer than this is not one
+MAX_NAME = 65536          # bytes of a queue name, without its NUL
+MAX_DATA = 1048576        # bytes of a job's data
+
+_WORD = re.compile(rb"\A[A-Z]+\Z")
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_ADD_FIXED = struct.Struct("<III")   # priority, ttp, data length
+
+OK_REPLY = b"OK\0"
+TIMEOUT_REPLY = b"TIMEOUT\0"
+STATUS_RESERVED = b"reserved"
+
+
+# ---------------------------------------------------------------- rendering
+def error(message: str) -> bytes:
+    """``ERROR\\0<message>\\0``; a NUL inside ``message`` would break framing."""
+    return b"ERROR\0" + message.replace("\0", "").encode() + b"\0"
+
+
+def _failure(reply: Reply, fallback: str) -> bytes:
+    if reply[0] == S.SERVER_ERROR and reply[1]:
+        return error(str(reply[1]))
+    return error(fallback)
+
+
+def render_added(reply: Reply, name: str = "") -> bytes:
+    """``ADDED\\0`` and the new job's number (``reply[1]`` is ``[id, number]``)."""
+    if reply[0] != S.OK or not reply[1]:
+        return _failure(reply, f"Error adding new job to queue {name}")
+    return b"ADDED\0" + _U64.pack(reply[1][1])
+
+
+def render_deleted(reply: Reply, id: int = 0) -> bytes:
+    if reply[0] == S.OK:
+        return OK_REPLY
+    if reply[0] == S.NOT_FOUND:
+        return error(f"Job {id} already deleted")
+    return _failure(reply, f"Failed to delete job {id}")
+
+
+def render_reserved(reply: Reply) -> bytes:
+    """A leased job: ``lease_view = [id, name, payload, number, priority, ttr_ms, ...]``."""
+    if reply[0] == S.TIMEOUT:
+        return TIMEOUT_REPLY
+    if reply[0] != S.OK:
+        return _failure(reply, "Failed to reserve job")
+    view = reply[1]
+    payload, number, priority, ttr = view[2], view[3], view[4], view[5]
+    ttp = min(max(ttr // 1000, 0), ordering.U32_MAX)
+    return b"".join((
+        b"RESERVED\0",
+        _U64.pack(number),
+        _U32.pack(ordering.to_goqueue(priority)),
+        _U32.pack(ttp),
+        STATUS_RESERVED, b"\0",
+        _U32.pack(len(payload)),
+        payload,
+    ))
+
+
+# ------------------------------------------------------------------ parsing
+class _Fatal(Exception):
+    """The stream cannot be followed any further: answer, then close."""
+
+
+class _TooLong(Exception):
+    """No NUL within a string's length limit."""
+
+
+class GoqueueCodec:
+    """Decodes one connection's goqueue byte stream into :class:`Command` objects.
+
+    The decoder is incremental: a request split over any number of reads is
+    decoded once it is whole, and no byte is scanned twice.
+    """
+
+    def __init__(self, max_name: int = MAX_NAME, max_data: int = MAX_DATA, **options) -> None:
+        self.buffer = InputBuffer()
+        self.max_name = max_name
+        self.max_data = max_data
+        self._word: Optional[bytes] = None   # the request being decoded
+        self._name: Optional[bytes] = None   # its queue name, once read
+        self._scanned = 0                    # bytes already searched for a NUL
+        self._dead = False                   # a fatal error was answered
+
+    def receive(self, data: bytes) -> List[Command]:
+        """Feed received bytes; returns every command now complete, in order."""
+        if self._dead:
+            return []
+        buf = self.buffer
+        buf.feed(data)
+        commands: List[Command] = []
+        while True:
+            try:
+                command = self._next(buf)
+            except _Fatal as err:
+                self._dead = True
+                buf.skip(len(buf))
+                commands.append(Command.local(error(str(err)), close=True))
+                return commands
+            if command is None:
+                return commands
+            commands.append(command)
+
+    # -- pieces
+    def _string(self, buf: InputBuffer, limit: int) -> Optional[bytes]:
+        """The next NUL-terminated string (NUL consumed), ``None`` while incomplete.
+
+        Raises :class:`_TooLong` once ``limit`` bytes have come without a NUL.
+        """
+        end = min(len(buf), limit + 1)
+        i = buf.data.find(b"\0", buf.pos + self._scanned, buf.pos + end)
+        if i < 0:
+            if len(buf) > limit:
+                raise _TooLong()
+            self._scanned = end
+            return None
+        self._scanned = 0
+        value = buf.take(i - buf.pos)
+        buf.skip(1)
+        return value
+
+    def _next(self, buf: InputBuffer) -> Optional[Command]:
+        if self._word is None:
+            try:
+                word = self._string(buf, MAX_WORD)
+            except _TooLong:
+                raise _Fatal(f"Malformed command: no NUL within {MAX_WORD} bytes") from None
+            if word is None:
+                return None
+            if not _WORD.match(word):
+                raise _Fatal("Unknown Command " + word.decode("utf-8", "replace"))
+            if word == b"CONNECT":
+                return Command.local(OK_REPLY)
+            if word not in (b"ADD", b"DELETE", b"RESERVE"):
+                return Command.local(error("Unknown Command " + word.decode()))
+            self._word = word
+        word = self._word
+        if word == b"DELETE":
+            if len(buf) < 8:
+                return None
+            self._word = None
+            (number,) = _U64.unpack(buf.take(8))
+            return Command("delete_number", (number,), BY_NUMBER, number,
+                           partial(render_deleted, id=number))
+        if self._name is None:
+            try:
+                name = self._string(buf, self.max_name)
+            except _TooLong:
+                raise _Fatal(f"Malformed {word.decode()} command: queue name longer than "
+                             f"{self.max_name} bytes") from None
+            if name is None:
+                return None
+            self._name = name
+        if word == b"ADD":
+            return self._add(buf)
+        return self._reserve(buf)
+
+    def _queue(self) -> Optional[str]:
+        try:
+            return self._name.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+
+    def _add(self, buf: InputBuffer) -> Optional[Command]:
+        if len(buf) < _ADD_FIXED.size:
+            return None
+        priority, ttp, size = _ADD_FIXED.unpack(buf.peek(0, _ADD_FIXED.size))
+        if size > self.max_data:
+            raise _Fatal(f"Malformed ADD command: job data longer than {self.max_data} bytes")
+        if len(buf) < _ADD_FIXED.size + size:
+            return None
+        buf.skip(_ADD_FIXED.size)
+        payload = buf.take(size)
+        name = self._queue()
+        self._word = self._name = None
+        if name is None:
+            return Command.local(error("Malformed ADD command: queue name is not valid UTF-8"))
+        if not name:
+            return Command.local(error(f"Error adding new job to queue {name}"))
+        return new_job(name, payload, partial(render_added, name=name),
+                       priority=ordering.from_goqueue(priority), ttr=ttp * 1000)
+
+    def _reserve(self, buf: InputBuffer) -> Optional[Command]:
+        if len(buf) < 4:
+            return None
+        (timeout,) = _U32.unpack(buf.take(4))
+        name = self._queue()
+        self._word = self._name = None
+        if name is None:
+            return Command.local(error("Malformed RESERVE command: queue name is not valid UTF-8"))
+        return Command("lease", ([name], timeout * 1000 if timeout else None), BY_NAME, name,
+                       render_reserved)

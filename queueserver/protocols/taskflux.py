@@ -1,0 +1,251 @@
+"""The TaskFlux protocol codec (sans-I/O).
+
+Everything is big-endian. ``String`` is an Int32 byte length then UTF-8;
+``Buffer`` an Int32 length then bytes. Packets::
+
+    request    'D' Int32(length) body       (Data Request)
+    response   'R' Int32(length) body       (Data Response)
+    error      'e' Int32(length) message    (transport-level failure, UTF-8)
+
+Request bodies and their response bodies::
+
+    'E' String(queue) Int64(key) Buffer(data)   -> 'e' Byte(1)
+    'D' String(queue)                           -> 'd' Byte(1) Int64(key) Buffer(data)
+                                                 | 'd' Byte(0)              (queue empty)
+    'C' String(queue)                           -> 'c' Int32(count)
+
+Enqueue creates the queue (a record has no TTR, no TTL and no attempt limit,
+should another protocol lease it); Dequeue removes the record (no acknowledgement);
+Count counts ready records. Records are served smallest ``key`` first and FIFO
+within a key (see :mod:`.ordering`; jobs added over other protocols show
+their negated priority as key). The empty queue name ``""`` is valid and
+always exists.
+
+Business errors are a response body ``'E' Byte(type) String(message)``:
+
+* type 1 ``Invalid queue name: at most 255 characters, ASCII 33 to 126 only``
+* type 2 ``Queue <name> does not exist`` (Dequeue or Count of a missing queue)
+* type 0 any other failure, e.g. ``Shard 2 unavailable`` (a shard down).
+
+Transport errors are ``'e'`` packets. For a well-framed request whose body
+cannot be parsed the connection stays usable; messages:
+``Malformed request: empty body``,
+``Malformed request: unknown command marker 0x<hex>``,
+``Malformed request: truncated <field>``,
+``Malformed request: negative length <n> of <field>``,
+``Malformed request: <n> unexpected bytes after the <command> request``
+(``<field>`` is ``queue name``, ``key`` or ``data``). The framing itself
+is lost, and the connection closed after the ``'e'`` packet, on
+``Unknown packet marker 0x<hex>`` (the byte where a packet should start is
+not ``'D'``), ``Invalid packet length <n>`` (negative) and
+``Packet length <n> exceeds the limit of 1114112 bytes`` (1 MiB + 64 KiB).
+"""
+from __future__ import annotations
+
+import struct
+from functools import partial
+from typing import List, Optional, Tuple
+
+from ..engine import status as S
+from ..engine.status import Reply
+from . import ordering
+from .base import BY_NAME, Command, InputBuffer, new_job
+
+MAX_BODY = 1048576 + 65536
+MAX_NAME = 255
+
+REQUEST = 0x44        # 'D'
+RESPONSE = b"R"
+TRANSPORT_ERROR = b"e"
+
+# Business error types.
+UNKNOWN_ERROR = 0
+INVALID_QUEUE_NAME = 1
+QUEUE_NOT_FOUND = 2
+
+INVALID_NAME_MESSAGE = "Invalid queue name: at most 255 characters, ASCII 33 to 126 only"
+
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_HEAD = struct.Struct(">ci")   # marker, body length
+_I32_MAX = 2 ** 31 - 1
+
+
+# ---------------------------------------------------------------- rendering
+def _string(value: bytes) -> bytes:
+    return _I32.pack(len(value)) + value
+
+
+def response(body: bytes) -> bytes:
+    """A Data Response packet carrying ``body``."""
+    return RESPONSE + _I32.pack(len(body)) + body
+
+
+def transport_error(message: str) -> bytes:
+    """An ``'e'`` packet: a failure below the command level."""
+    return TRANSPORT_ERROR + _string(message.encode())
+
+
+def business_error(kind: int, message: str) -> bytes:
+    """A Data Response whose body is the ``'E'`` business error."""
+    return response(b"E" + bytes((kind,)) + _string(message.encode()))
+
+
+def _failure(reply: Reply, name: str) -> bytes:
+    if reply[0] == S.NOT_FOUND:
+        return business_error(QUEUE_NOT_FOUND, f"Queue {name} does not exist")
+    return business_error(UNKNOWN_ERROR, str(reply[1] or "Internal error"))
+
+
+def render_enqueued(reply: Reply, name: str = "") -> bytes:
+    if reply[0] != S.OK:
+        return _failure(reply, name)
+    return response(b"e\x01" if reply[1] else b"e\x00")
+
+
+def render_dequeued(reply: Reply, name: str = "") -> bytes:
+    """``reply[1]`` is a lease view ``[id, name, payload, number, priority, ...]``."""
+    if reply[0] == S.TIMEOUT:
+        return response(b"d\x00")
+    if reply[0] != S.OK:
+        return _failure(reply, name)
+    view = reply[1]
+    payload = view[2]
+    return response(b"d\x01" + _I64.pack(ordering.to_taskflux(view[4])) + _string(payload))
+
+
+def render_count(reply: Reply, name: str = "") -> bytes:
+    if reply[0] != S.OK:
+        return _failure(reply, name)
+    return response(b"c" + _I32.pack(min(int(reply[1]), _I32_MAX)))
+
+
+# ------------------------------------------------------------------ parsing
+class _Malformed(Exception):
+    """The body of a well-framed request cannot be parsed."""
+
+
+class _Body:
+    """Reads the fields of one request body."""
+
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 1  # after the command marker
+
+    def _take(self, n: int, field: str) -> bytes:
+        if self.pos + n > len(self.data):
+            raise _Malformed(f"Malformed request: truncated {field}")
+        chunk = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return chunk
+
+    def int64(self, field: str) -> int:
+        return _I64.unpack(self._take(8, field))[0]
+
+    def sized(self, field: str) -> bytes:
+        (n,) = _I32.unpack(self._take(4, field))
+        if n < 0:
+            raise _Malformed(f"Malformed request: negative length {n} of {field}")
+        return self._take(n, field)
+
+    def end(self, command: str) -> None:
+        extra = len(self.data) - self.pos
+        if extra:
+            raise _Malformed(f"Malformed request: {extra} unexpected bytes after the {command} request")
+
+
+def valid_name(name: bytes) -> bool:
+    """At most 255 characters, each ASCII 33..126 (so bytes are characters)."""
+    return len(name) <= MAX_NAME and all(33 <= b <= 126 for b in name)
+
+
+def _parse(body: bytes) -> Tuple[str, bytes, Optional[Tuple[int, bytes]]]:
+    """``(command, queue name, (key, data) or None)``; raises :class:`_Malformed`."""
+    if not body:
+        raise _Malformed("Malformed request: empty body")
+    marker = body[0]
+    reader = _Body(body)
+    if marker == 0x45:    # 'E' Enqueue
+        name = reader.sized("queue name")
+        key = reader.int64("key")
+        data = reader.sized("data")
+        reader.end("Enqueue")
+        return "E", name, (key, data)
+    if marker == 0x44:    # 'D' Dequeue
+        name = reader.sized("queue name")
+        reader.end("Dequeue")
+        return "D", name, None
+    if marker == 0x43:    # 'C' Count
+        name = reader.sized("queue name")
+        reader.end("Count")
+        return "C", name, None
+    raise _Malformed(f"Malformed request: unknown command marker 0x{marker:02x}")
+
+
+class TaskFluxCodec:
+    """Decodes one connection's TaskFlux byte stream into :class:`Command` objects."""
+
+    def __init__(self, max_body: int = MAX_BODY, **options) -> None:
+        self.buffer = InputBuffer()
+        self.max_body = max_body
+        self._dead = False   # a fatal error was answered: ignore the rest
+
+    def receive(self, data: bytes) -> List[Command]:
+        """Feed received bytes; returns every command now complete, in order."""
+        if self._dead:
+            return []
+        buf = self.buffer
+        buf.feed(data)
+        commands: List[Command] = []
+        while True:
+            command = self._next(buf)
+            if command is None:
+                return commands
+            commands.append(command)
+            if command.close:
+                self._dead = True
+                buf.skip(len(buf))
+                return commands
+
+    def _fatal(self, message: str) -> Command:
+        return Command.local(transport_error(message), close=True)
+
+    def _next(self, buf: InputBuffer) -> Optional[Command]:
+        if not buf:
+            return None
+        marker = buf.data[buf.pos]
+        if marker != REQUEST:
+            return self._fatal(f"Unknown packet marker 0x{marker:02x}")
+        if len(buf) < _HEAD.size:
+            return None
+        _, size = _HEAD.unpack(buf.peek(0, _HEAD.size))
+        if size < 0:
+            return self._fatal(f"Invalid packet length {size}")
+        if size > self.max_body:
+            return self._fatal(f"Packet length {size} exceeds the limit of {self.max_body} bytes")
+        if len(buf) < _HEAD.size + size:
+            return None
+        buf.skip(_HEAD.size)
+        body = buf.take(size)
+        try:
+            command, name, extra = _parse(body)
+        except _Malformed as err:
+            return Command.local(transport_error(str(err)))
+        return self._command(command, name, extra)
+
+    @staticmethod
+    def _command(command: str, raw_name: bytes, extra: Optional[Tuple[int, bytes]]) -> Command:
+        if not valid_name(raw_name):
+            return Command.local(business_error(INVALID_QUEUE_NAME, INVALID_NAME_MESSAGE))
+        name = raw_name.decode("ascii")
+        if command == "E":
+            key, data = extra
+            return new_job(name, data, partial(render_enqueued, name=name),
+                           priority=ordering.from_taskflux(key))
+        must_exist = name != ""
+        if command == "D":
+            return Command("take", (name, must_exist), BY_NAME, name,
+                           partial(render_dequeued, name=name))
+        return Command("size", (name, must_exist), BY_NAME, name, partial(render_count, name=name))
