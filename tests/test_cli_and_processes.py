@@ -6,9 +6,7 @@ import os
 import stat
 import subprocess
 import sys
-import time
 
-import pytest
 
 from serverproc import ServerProcess
 from wire import Wire, add, new_id

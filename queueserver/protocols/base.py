@@ -6,7 +6,8 @@ with the command's own ``render``. Codecs hold no sockets and read no clock.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from abc import ABC, abstractmethod
+from typing import Any, Callable, List, Optional, Sequence
 
 from ..engine.job import UNLIMITED_ATTEMPTS
 from ..engine.status import Reply
@@ -65,6 +66,37 @@ def new_job(name: str, payload: bytes, render: Render, *, id: Optional[str] = No
     """
     args = (id, name, payload, priority, ttr, ttl, max_attempts, max_fails, sched, unique)
     return Command("add", args, BY_NAME, name, render, new_id=SERVER_ID if id is None else id)
+
+
+class StreamCodec(ABC):
+    """The read loop every codec shares: buffer what arrives, decode commands
+    until one is incomplete. A command that closes the connection ends
+    decoding for good; nothing pipelined after it runs."""
+
+    def __init__(self) -> None:
+        self.buffer = InputBuffer()
+        self._closed = False
+
+    def receive(self, data: bytes) -> List[Command]:
+        """Feed received bytes; returns every command now complete, in order."""
+        if self._closed:
+            return []
+        buf = self.buffer
+        buf.feed(data)
+        commands: List[Command] = []
+        while True:
+            command = self.decode_next(buf)
+            if command is None:
+                return commands
+            commands.append(command)
+            if command.close:
+                self._closed = True
+                buf.skip(len(buf))
+                return commands
+
+    @abstractmethod
+    def decode_next(self, buf: "InputBuffer") -> Optional[Command]:
+        """The next whole command at the front of ``buf`` (consumed), or ``None``."""
 
 
 class InputBuffer:

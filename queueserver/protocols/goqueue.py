@@ -50,12 +50,12 @@ from __future__ import annotations
 import re
 import struct
 from functools import partial
-from typing import List, Optional
+from typing import Optional
 
 from ..engine import status as S
 from ..engine.status import Reply
 from . import ordering
-from .base import BY_NAME, BY_NUMBER, Command, InputBuffer, new_job
+from .base import BY_NAME, BY_NUMBER, Command, InputBuffer, StreamCodec, new_job
 
 MAX_WORD = 64             # a command word longer than this is not one
 MAX_NAME = 65536          # bytes of a queue name, without its NUL
@@ -127,7 +127,7 @@ class _TooLong(Exception):
     """No NUL within a string's length limit."""
 
 
-class GoqueueCodec:
+class GoqueueCodec(StreamCodec):
     """Decodes one connection's goqueue byte stream into :class:`Command` objects.
 
     The decoder is incremental: a request split over any number of reads is
@@ -135,32 +135,18 @@ class GoqueueCodec:
     """
 
     def __init__(self, max_name: int = MAX_NAME, max_data: int = MAX_DATA, **options) -> None:
-        self.buffer = InputBuffer()
+        super().__init__()
         self.max_name = max_name
         self.max_data = max_data
         self._word: Optional[bytes] = None   # the request being decoded
         self._name: Optional[bytes] = None   # its queue name, once read
         self._scanned = 0                    # bytes already searched for a NUL
-        self._dead = False                   # a fatal error was answered
 
-    def receive(self, data: bytes) -> List[Command]:
-        """Feed received bytes; returns every command now complete, in order."""
-        if self._dead:
-            return []
-        buf = self.buffer
-        buf.feed(data)
-        commands: List[Command] = []
-        while True:
-            try:
-                command = self._next(buf)
-            except _Fatal as err:
-                self._dead = True
-                buf.skip(len(buf))
-                commands.append(Command.local(error(str(err)), close=True))
-                return commands
-            if command is None:
-                return commands
-            commands.append(command)
+    def decode_next(self, buf: InputBuffer) -> Optional[Command]:
+        try:
+            return self._next(buf)
+        except _Fatal as err:  # the framing is lost: answer, then close
+            return Command.local(error(str(err)), close=True)
 
     # -- pieces
     def _string(self, buf: InputBuffer, limit: int) -> Optional[bytes]:

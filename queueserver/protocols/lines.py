@@ -1,6 +1,6 @@
 """What the two newline-delimited text codecs (takeanumber, queued) share.
 
-:class:`LineCodec` owns the read loop: it cuts the input into lines ending in
+:class:`LineCodec` cuts the input into lines ending in
 ``\\n`` (a ``\\r`` before it is dropped), hands each to :meth:`decode_line`,
 answers an overlong line with :meth:`line_too_long` and resynchronises at
 the next newline, and stops decoding once a command asks to close the
@@ -8,43 +8,25 @@ connection (nothing pipelined after it runs).
 """
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from typing import List, Optional
+from abc import abstractmethod
+from typing import Optional
 
-from .base import Command, InputBuffer, LineTooLong
+from .base import Command, InputBuffer, LineTooLong, StreamCodec
 
 
-class LineCodec(ABC):
+class LineCodec(StreamCodec):
     """Base class: subclasses decode one line into one :class:`Command`."""
 
     def __init__(self, max_line: int) -> None:
-        self.buffer = InputBuffer()
+        super().__init__()
         self.max_line = max_line
         self._resync = False     # dropping the rest of an overlong line
-        self._closed = False     # a command closed the connection: ignore the rest
 
-    def receive(self, data: bytes) -> List[Command]:
-        """Feed received bytes; returns every command now complete, in order."""
-        if self._closed:
-            return []
-        buf = self.buffer
-        buf.feed(data)
-        commands: List[Command] = []
-        while True:
-            if self._resync:
-                if not buf.drop_line():
-                    return commands
-                self._resync = False
-            command = self._next(buf)
-            if command is None:
-                return commands
-            commands.append(command)
-            if command.close:
-                self._closed = True
-                buf.skip(len(buf))
-                return commands
-
-    def _next(self, buf: InputBuffer) -> Optional[Command]:
+    def decode_next(self, buf: InputBuffer) -> Optional[Command]:
+        if self._resync:
+            if not buf.drop_line():
+                return None
+            self._resync = False
         try:
             line = buf.line(self.max_line)
         except LineTooLong:

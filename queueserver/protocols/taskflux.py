@@ -44,12 +44,12 @@ from __future__ import annotations
 
 import struct
 from functools import partial
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 from ..engine import status as S
 from ..engine.status import Reply
 from . import ordering
-from .base import BY_NAME, Command, InputBuffer, new_job
+from .base import BY_NAME, Command, InputBuffer, StreamCodec, new_job
 
 MAX_BODY = 1048576 + 65536
 MAX_NAME = 255
@@ -184,35 +184,17 @@ def _parse(body: bytes) -> Tuple[str, bytes, Optional[Tuple[int, bytes]]]:
     raise _Malformed(f"Malformed request: unknown command marker 0x{marker:02x}")
 
 
-class TaskFluxCodec:
+class TaskFluxCodec(StreamCodec):
     """Decodes one connection's TaskFlux byte stream into :class:`Command` objects."""
 
     def __init__(self, max_body: int = MAX_BODY, **options) -> None:
-        self.buffer = InputBuffer()
+        super().__init__()
         self.max_body = max_body
-        self._dead = False   # a fatal error was answered: ignore the rest
-
-    def receive(self, data: bytes) -> List[Command]:
-        """Feed received bytes; returns every command now complete, in order."""
-        if self._dead:
-            return []
-        buf = self.buffer
-        buf.feed(data)
-        commands: List[Command] = []
-        while True:
-            command = self._next(buf)
-            if command is None:
-                return commands
-            commands.append(command)
-            if command.close:
-                self._dead = True
-                buf.skip(len(buf))
-                return commands
 
     def _fatal(self, message: str) -> Command:
         return Command.local(transport_error(message), close=True)
 
-    def _next(self, buf: InputBuffer) -> Optional[Command]:
+    def decode_next(self, buf: InputBuffer) -> Optional[Command]:
         if not buf:
             return None
         marker = buf.data[buf.pos]

@@ -16,7 +16,8 @@ from typing import Dict, List, Optional, Tuple
 
 from ..engine import status as S
 from ..engine.status import Reply
-from .base import ALL, BY_ID, BY_NAME, BY_NAMES, Command, InputBuffer, LineTooLong, new_job
+from .base import (ALL, BY_ID, BY_NAME, BY_NAMES, Command, InputBuffer, LineTooLong, StreamCodec,
+                   new_job)
 
 MAX_PAYLOAD = 1048576
 MAX_LINE = 65536
@@ -225,37 +226,26 @@ def _offset_limit(off: bytes, lim: bytes) -> Tuple[int, int]:
     return offset, limit
 
 
-class WorkqCodec:
+class WorkqCodec(StreamCodec):
     """Decodes one connection's workq byte stream into :class:`Command` objects."""
 
     def __init__(self, max_payload: int = MAX_PAYLOAD, max_line: int = MAX_LINE) -> None:
-        self.buffer = InputBuffer()
+        super().__init__()
         self.max_payload = max_payload
         self.max_line = max_line
         self._discard = 0            # bytes of an oversized block still to drop
         self._resync = False         # dropping the rest of an overlong line
         self._head: Optional[Tuple[bytes, List[bytes], Dict[bytes, bytes], int]] = None
 
-    def receive(self, data: bytes) -> List[Command]:
-        """Feed received bytes; returns every command now complete, in order."""
-        buf = self.buffer
-        buf.feed(data)
-        commands: List[Command] = []
-        while True:
+    def decode_next(self, buf: InputBuffer) -> Optional[Command]:
+        if self._discard:
+            self._discard -= buf.skip(self._discard)
             if self._discard:
-                self._discard -= buf.skip(self._discard)
-                if self._discard:
-                    return commands
-            if self._resync:
-                if not buf.drop_line():
-                    return commands
-                self._resync = False
-            command = self._next(buf)
-            if command is None:
-                return commands
-            commands.append(command)
-
-    def _next(self, buf: InputBuffer) -> Optional[Command]:
+                return None
+        if self._resync:
+            if not buf.drop_line():
+                return None
+            self._resync = False
         if self._head is None:
             try:
                 line = buf.line(self.max_line)
