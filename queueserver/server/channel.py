@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Iterator, List, Optional
 
 import gevent
 import msgpack
@@ -36,6 +36,33 @@ def _flush_pending() -> None:
     del _pending[:]
     for writer in writers:
         writer._flush()
+
+
+def received(sock) -> Iterator[bytes]:
+    """What arrives on a gevent socket, chunk by chunk, until EOF or an error.
+
+    After a short read the socket is almost surely drained, so it waits for
+    readability *before* reading again, sparing the recv that gevent's own
+    ``recv`` would try first and see fail with EAGAIN on every request.
+    """
+    raw, wait, readable = sock._sock, sock._wait, sock._read_event
+    while True:
+        try:
+            data = raw.recv(RECV_SIZE)
+        except BlockingIOError:
+            data = None
+        except OSError:
+            return
+        if data is not None:
+            if not data:
+                return
+            yield data
+            if len(data) == RECV_SIZE:
+                continue  # more may be waiting already
+        try:
+            wait(readable)
+        except OSError:  # closed under us
+            return
 
 
 class BatchWriter:
@@ -162,14 +189,7 @@ class FrameChannel:
     def receive(self, handle: Callable[[list], None], after_batch: Callable[[], None] = lambda: None) -> None:
         """Read frames until the peer closes; ``after_batch`` runs after each recv."""
         unpacker = msgpack.Unpacker(raw=False, use_list=True, max_buffer_size=64 * 1024 * 1024)
-        recv = self.sock.recv
-        while True:
-            try:
-                data = recv(RECV_SIZE)
-            except OSError:
-                return
-            if not data:
-                return
+        for data in received(self.sock):
             unpacker.feed(data)
             for frame in unpacker:
                 handle(frame)

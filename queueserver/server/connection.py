@@ -17,7 +17,7 @@ from gevent.event import Event
 
 from ..engine.status import Reply
 from ..protocols.base import LOCAL, Command
-from .channel import RECV_SIZE, BatchWriter
+from .channel import RECV_SIZE, BatchWriter, received
 
 log = logging.getLogger("queueserver.router")
 
@@ -50,15 +50,10 @@ class ClientConnection:
         self._drained.set()
 
     def serve(self) -> None:
-        recv = self.sock.recv
         receive = self.codec.receive
         try:
-            while not self.closed:
-                try:
-                    data = recv(RECV_SIZE)
-                except OSError:
-                    break
-                if not data:
+            for data in received(self.sock):
+                if self.closed:
                     break
                 try:
                     commands = receive(data)
