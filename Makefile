@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: run test venv dev clean loadtest
+.PHONY: run test venv dev clean loadtest bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,12 @@ test: dev
 # A bounded headless locust run against a server it starts on loopback.
 loadtest: dev
 	$(BIN)/python loadtests/loadtest.py $(ARGS)
+
+# Our server (1 and N shards) against beanstalkd and Redis on loopback, one
+# table; installs the peers from Debian packages if missing.
+# e.g. make bench ARGS="--quick" or ARGS="--only ours --json bench.json"
+bench: venv
+	$(BIN)/python loadtests/bench.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,550 @@
+"""``make bench``: our server against beanstalkd and Redis, one run, one table.
+
+Why one command: a throughput figure means little without a peer measured
+the same way on the same machine at the same moment (this is a noisy 2-core
+VM; ±15% run to run). So this starts, on loopback, our server with 1 shard
+and with N shards (N = CPU count), beanstalkd and redis-server; drives each
+with the same load generator (``loadgen.py``); stops every one of them
+(always: on error, Ctrl-C or SIGTERM too); and prints throughput, latency,
+server CPU per cycle with a projection to more cores, memory per queued job,
+and the targets beside the measurements. Each workload gets a fresh server.
+
+Server CPU is read from ``/proc/<pid>/stat`` (utime + stime) of every server
+process before and after a run, memory from ``/proc/<pid>/status`` VmRSS.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import loadgen  # noqa: E402
+import peers  # noqa: E402
+from loadgen import CYCLE, PRODUCE, LoadResult, LoadSpec  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+CORES = os.cpu_count() or 1
+PROJECT_CORES = (4, 8, 16)
+VERSION_NAMES = {"workq": "queueserver"}
+
+TARGET_VS_BEANSTALKD = 1.0     # ours (N shards) cycles/s ÷ beanstalkd's
+TARGET_CPU_US = 40.0           # router + shard CPU per cycle
+TARGET_BYTES_PER_JOB = 350.0   # RSS per queued job beyond the payload
+TARGET_P99_US = 2000.0         # per-request p99, full cycle
+
+
+# ---------------------------------------------------------------- /proc
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of one process, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+# ---------------------------------------------------------------- our server
+class OurServer(peers.ServerUnderTest):
+    """``queueserver serve`` with only the workq listener, on a port the kernel picks."""
+
+    protocol = "workq"
+
+    def __init__(self, shards: int) -> None:
+        super().__init__()
+        self.shards = shards
+        self.label = _our_label(shards)
+        self._pids: Dict[str, int] = {}
+
+    def start(self) -> "OurServer":
+        from queueserver import __version__
+        self.version = __version__
+        runtime = os.path.join(self.tmp, "rt")
+        argv = [sys.executable, "-m", "queueserver", "serve", "--shards", str(self.shards),
+                "--runtime-dir", runtime, "--workq-port", "0", "--log-level", "info",
+                "--no-takeanumber", "--no-goqueue", "--no-queued", "--no-taskflux"]
+        process = self._spawn(argv, "server.log")
+        ports_file = os.path.join(runtime, "ports.json")
+        deadline = time.monotonic() + peers.START_TIMEOUT
+        while not os.path.exists(ports_file):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"our server did not start:\n{self.log('server.log')[-2000:]}")
+            time.sleep(0.05)
+        with open(ports_file) as f:
+            self.port = json.load(f)["workq"]
+        self._pids = self._children()
+        if len(self._pids) != self.shards + 1:
+            raise RuntimeError(f"expected router + {self.shards} shards, found {self._pids}")
+        peers.wait_listening(self.port, process, "our server")
+        return self
+
+    def _children(self) -> Dict[str, int]:
+        """Router and shard pids, from the supervisor's "<name> started (pid N)" lines."""
+        pids: Dict[str, int] = {}
+        for line in self.log("server.log").splitlines():
+            if " started (pid " in line:
+                name = line.split(" INFO ", 1)[1].split(" started", 1)[0]
+                pids[name] = int(line.rsplit("pid ", 1)[1].rstrip(")"))
+        return pids
+
+    def pids(self) -> Dict[str, int]:
+        return dict(self._pids)
+
+    def stop(self) -> None:
+        children = dict(self._pids)
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.terminate()    # the supervisor stops router and shards in order
+            try:
+                process.wait(peers.STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        for pid in children.values():  # never leave a child behind
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        super().stop()
+
+
+# ---------------------------------------------------------------- measuring
+def server_cpu(server: peers.ServerUnderTest) -> Dict[str, float]:
+    return {role: cpu_seconds(pid) for role, pid in server.pids().items()}
+
+
+def measure_cycle(server: peers.ServerUnderTest, opts: argparse.Namespace) -> Dict[str, Any]:
+    """Workload (1), plus the CPU each server process spent on it (workload 3)."""
+    spec = _spec(server, opts, CYCLE)
+    loadgen.prefill(spec, opts.prefill)
+    before = server_cpu(server)
+    result = loadgen.run(spec)
+    after = server_cpu(server)
+    cpu = {role: after[role] - before[role] for role in before}
+    cycles = max(1, result.total_ops)
+    out = _result_dict(result)
+    out["cpu_s"] = cpu
+    out["cpu_us_per_cycle"] = {role: s / cycles * 1e6 for role, s in cpu.items()}
+    out["loadgen_cpu_us_per_cycle"] = result.loadgen_cpu_s / cycles * 1e6
+    return out
+
+
+def measure_produce(server: peers.ServerUnderTest, opts: argparse.Namespace) -> Dict[str, Any]:
+    """Workload (2): enqueue only, ``batch`` requests per write."""
+    return _result_dict(loadgen.run(_spec(server, opts, PRODUCE)))
+
+
+def measure_memory(server: peers.ServerUnderTest, opts: argparse.Namespace) -> Dict[str, Any]:
+    """RSS of all the server's processes after queueing ``--memory-jobs`` jobs, minus before."""
+    pids = server.pids()
+    before = sum(rss_bytes(pid) for pid in pids.values())
+    spec = _spec(server, opts, PRODUCE)
+    spec.warmup, spec.duration, spec.max_ops = 0.0, 600.0, opts.memory_jobs
+    spec.ttl_ms = 3_600_000
+    result = loadgen.run(spec)
+    time.sleep(0.5)   # let replies drain and allocators settle
+    after = sum(rss_bytes(pid) for pid in pids.values())
+    jobs = result.ops
+    per_job = (after - before) / jobs if jobs else 0.0
+    return {"jobs": jobs, "errors": result.errors, "rss_before": before, "rss_after": after,
+            "bytes_per_job": per_job, "bytes_beyond_payload": per_job - opts.payload}
+
+
+def _spec(server: peers.ServerUnderTest, opts: argparse.Namespace, workload: str) -> LoadSpec:
+    return LoadSpec(protocol=server.protocol, port=server.port, workload=workload,
+                    connections=opts.connections, procs=opts.loadgen_procs, warmup=opts.warmup,
+                    duration=opts.duration, batch=opts.batch, queues=opts.queues,
+                    payload=opts.payload)
+
+
+def _result_dict(result: LoadResult) -> Dict[str, Any]:
+    return {"ops_per_s": result.ops_per_s, "ops": result.ops, "requests": result.requests,
+            "errors": result.errors, "total_ops": result.total_ops, "seconds": result.seconds,
+            "latency_us": result.latency_us, "cycle_latency_us": result.cycle_latency_us,
+            "loadgen_cpu_s": result.loadgen_cpu_s}
+
+
+# ---------------------------------------------------------------- projection
+def project(cpu_us: Dict[str, float], kind: str, scales: bool, cores: int) -> Tuple[float, str]:
+    """Cycles/s at ``cores`` cores if the server had them all (load generated elsewhere).
+
+    Ours: shards partition the queues, so with one shard per core their work
+    spreads over the cores (``scales``; a fixed 1-shard server cannot: its
+    shard caps at 1 / shard CPU per cycle). Every request crosses the one
+    router process, which caps throughput at 1 / (router CPU per cycle), and
+    all processes together get at most ``cores`` CPU-seconds per second.
+    Peers: one event-loop thread, capped at 1 / (CPU per cycle) at any core
+    count. Returns the projection and the limit that sets it.
+    """
+    total = sum(cpu_us.values())
+    if total <= 0:
+        return 0.0, "-"
+    if kind != "workq":
+        return 1e6 / total, "one thread"
+    router = cpu_us.get("router", 0.0)
+    shards = total - router
+    caps = [(cores * 1e6 / total, "cores")]
+    if router > 0:
+        caps.append((1e6 / router, "router"))
+    if not scales and shards > 0:
+        caps.append((1e6 / shards, "one shard"))
+    return min(caps)
+
+
+# ---------------------------------------------------------------- report
+def fmt_num(x: Optional[float], digits: int = 0) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.{digits}f}"
+
+
+def table(headers: List[str], rows: List[List[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+    def line(cells: List[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+class Report:
+    """Collects results per server label and renders the text and JSON reports."""
+
+    def __init__(self, opts: argparse.Namespace, servers: List[Tuple[str, str]]) -> None:
+        self.opts = opts
+        self.servers = servers                      # (label, kind) in table order
+        self.results: Dict[str, Dict[str, Any]] = {label: {} for label, _ in servers}
+        self.versions: Dict[str, str] = {}
+        self.header = self._header()
+
+    def _header(self) -> Dict[str, Any]:
+        argv = [os.path.relpath(sys.executable) if sys.executable.startswith(REPO) else sys.executable,
+                os.path.relpath(os.path.abspath(sys.argv[0]))] + sys.argv[1:]
+        mem_kb = 0
+        try:
+            with open("/proc/meminfo") as f:
+                mem_kb = int(f.readline().split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+        return {
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+            "cores": CORES, "cpu": cpu_model(), "memory_gib": round(mem_kb / 1048576, 1),
+            "kernel": platform.release(), "python": platform.python_version(),
+            "command": shlex.join(argv), "via_make": bool(os.environ.get("MAKELEVEL")),
+        }
+
+    def record(self, label: str, key: str, value: Any) -> None:
+        self.results[label][key] = value
+
+    def _get(self, label: str, key: str) -> Optional[Dict[str, Any]]:
+        value = self.results.get(label, {}).get(key)
+        return value if isinstance(value, dict) else None
+
+    def _ours_labels(self) -> List[str]:
+        return [label for label, kind in self.servers if kind == "workq"]
+
+    def _ratio_cols(self, key: str, label: str) -> List[str]:
+        cells = []
+        mine = self._get(label, key)
+        for ours in self._ours_labels():
+            theirs = self._get(ours, key)
+            if mine and theirs and mine["ops_per_s"] > 0:
+                cells.append(f"{theirs['ops_per_s'] / mine['ops_per_s']:.2f}x")
+            else:
+                cells.append("-")
+        return cells
+
+    def render(self) -> str:
+        h, o = self.header, self.opts
+        n_label = self._ours_labels()[-1] if self._ours_labels() else None
+        out = [
+            f"queueserver bench  {h['date']}",
+            f"machine: {h['cores']} cores, {h['cpu']}, {h['memory_gib']} GiB, Linux {h['kernel']}, "
+            f"Python {h['python']}",
+            f"command: {h['command']}" + ("   (run by `make bench`)" if h["via_make"] else ""),
+            "versions: " + ", ".join(f"{k} {v}" for k, v in self.versions.items()),
+            f"load generator: loadtests/loadgen.py, {o.loadgen_procs} processes, one epoll loop each, "
+            f"{o.connections} connections in all; the same for every server; loopback only",
+            f"timing: {o.warmup:g} s warm-up + {o.duration:g} s measured per workload per server; "
+            "a fresh server for every workload",
+            "",
+        ]
+        ratio_heads = [f"{lbl} ÷ this" for lbl in self._ours_labels()]
+
+        # (1) full cycle
+        out += [
+            f"(1) full job cycle, {o.payload}-byte payloads, {o.connections} connections, no pipelining "
+            "(one request in flight per connection; a cycle = 3 round trips)",
+            f"    ours: add + lease + complete over {o.queues} queue names (all shards take load); "
+            f"beanstalkd: put + reserve-with-timeout + delete, one tube per connection;",
+            f"    redis: LPUSH + BLMOVE src src:busy LEFT RIGHT + LREM src:busy 1 <value>, {o.queues} keys; "
+            f"queues pre-filled with {o.prefill:,} jobs so a take never waits",
+            "    latency: 'req' = one request's round trip, 'cycle' = all three; jobs/s = cycles/s",
+        ]
+        rows = []
+        for label, _ in self.servers:
+            r = self._get(label, "cycle")
+            if r is None:
+                rows.append([label, self._error(label, "cycle")] + [""] * 6 + ["-"] * len(ratio_heads))
+                continue
+            lat, cyc = r["latency_us"], r["cycle_latency_us"]
+            rows.append([label, fmt_num(r["ops_per_s"]), fmt_num(lat.get("p50")), fmt_num(lat.get("p99")),
+                         fmt_num(cyc.get("p50")), fmt_num(cyc.get("p99")), str(r["errors"]),
+                         fmt_num(r["loadgen_cpu_us_per_cycle"], 1)] + self._ratio_cols("cycle", label))
+        out.append(table(["server", "cycles/s", "req p50 µs", "req p99 µs", "cycle p50 µs",
+                          "cycle p99 µs", "errors", "loadgen µs/cycle"] + ratio_heads, rows))
+        out.append(f"    targets: {n_label or 'ours'} ≥ {TARGET_VS_BEANSTALKD:.1f}x beanstalkd; "
+                   f"req p99 ≤ {TARGET_P99_US / 1000:g} ms")
+        out.append("")
+
+        # (2) producer only
+        out.append(f"(2) producer only, pipelined: {o.batch} enqueues per write, {o.connections} connections, "
+                   f"{o.payload}-byte payloads; latency = one batch's round trip")
+        rows = []
+        for label, _ in self.servers:
+            r = self._get(label, "produce")
+            if r is None:
+                rows.append([label, self._error(label, "produce"), "", "", ""] + ["-"] * len(ratio_heads))
+                continue
+            lat = r["latency_us"]
+            rows.append([label, fmt_num(r["ops_per_s"]), fmt_num(lat.get("p50")), fmt_num(lat.get("p99")),
+                         str(r["errors"])] + self._ratio_cols("produce", label))
+        out.append(table(["server", "jobs/s", "batch p50 µs", "batch p99 µs", "errors"] + ratio_heads, rows))
+        out.append("")
+
+        # (3) CPU per cycle and projection
+        out.append("(3) server CPU during workload (1), /proc/<pid>/stat utime+stime over the whole run "
+                   "(warm-up included) ÷ cycles completed")
+        rows = []
+        ours = self._ours_labels()
+        for label, kind in self.servers:
+            r = self._get(label, "cycle")
+            if r is None:
+                rows.append([label, self._error(label, "cycle")] + [""] * (4 + len(PROJECT_CORES)))
+                continue
+            per = r["cpu_us_per_cycle"]
+            router = per.get("router") if kind == "workq" else None
+            shards = sum(v for k, v in per.items() if k.startswith("shard")) if kind == "workq" else None
+            total = sum(per.values())
+            scales = kind == "workq" and label == ours[-1] and len(per) > 2
+            projections = [project(per, kind, scales, c) for c in PROJECT_CORES]
+            rows.append([label, fmt_num(router, 1), fmt_num(shards, 1), fmt_num(total, 1),
+                         f"{total / 1000:.4f}"] + [fmt_num(value) for value, _ in projections]
+                        + [projections[-1][1]])
+        out.append(table(["server", "router µs/cycle", "shards µs/cycle", "server µs/cycle",
+                          "CPU s/1k cycles"] + [f"@{c} cores cycles/s" for c in PROJECT_CORES]
+                         + [f"limit @{PROJECT_CORES[-1]}"], rows))
+        out += [
+            f"    target: router + shard CPU ≤ {TARGET_CPU_US:g} µs per cycle",
+            "    projection model: the server alone gets C cores (load generated elsewhere). Ours with N shards:",
+            "    shard work partitions by queue name, so with C shards it spreads over the cores, but every",
+            "    request crosses the single router process: cycles/s = min(1 / router µs, C / total µs), with",
+            "    the N-shard run's per-cycle costs. Ours with 1 shard also caps at 1 / shard µs. Peers run one",
+            "    event-loop thread: 1 / µs per cycle at any C. Optimistic: it assumes per-cycle costs stay flat",
+            "    (no lock or cache contention, no loss of batching, even hashing), and they were measured with",
+            "    the load generator sharing these cores.",
+            "",
+        ]
+
+        # memory
+        out.append(f"(4) memory: RSS of every server process (ours: router + shards) after queueing "
+                   f"{o.memory_jobs:,} jobs of {o.payload} bytes, minus before, ÷ jobs")
+        rows = []
+        for label, _ in self.servers:
+            r = self._get(label, "memory")
+            if r is None:
+                if "memory" in self.results.get(label, {}):
+                    rows.append([label, self._error(label, "memory"), "", "", "", ""])
+                continue
+            rows.append([label, fmt_num(r["jobs"]), fmt_num(r["rss_before"] / 1048576, 1),
+                         fmt_num(r["rss_after"] / 1048576, 1), fmt_num(r["bytes_per_job"]),
+                         fmt_num(r["bytes_beyond_payload"])])
+        out.append(table(["server", "jobs", "RSS before MiB", "RSS after MiB", "B/job",
+                          "B/job beyond payload"], rows))
+        out.append(f"    target: ≤ {TARGET_BYTES_PER_JOB:g} B per queued job beyond the payload")
+        out.append("")
+
+        out.append(f"targets ({n_label or 'ours'})")
+        rows = [[name, measured, target, verdict] for name, measured, target, verdict in self.targets()]
+        out.append(table(["what", "measured", "target", ""], rows))
+        problems = self.problems()
+        if problems:
+            out += ["", "problems:"] + [f"  {p}" for p in problems]
+        return "\n".join(out)
+
+    def _error(self, label: str, key: str) -> str:
+        value = self.results.get(label, {}).get(key)
+        return "failed (see problems)" if isinstance(value, str) else "not run"
+
+    def problems(self) -> List[str]:
+        return [f"{label} / {key}: {value}" for label, results in self.results.items()
+                for key, value in results.items() if isinstance(value, str)]
+
+    def targets(self) -> List[Tuple[str, str, str, str]]:
+        ours = self._ours_labels()[-1] if self._ours_labels() else None
+        rows: List[Tuple[str, str, str, str]] = []
+
+        def verdict(ok: Optional[bool]) -> str:
+            return "-" if ok is None else ("met" if ok else "MISSED")
+
+        cycle = self._get(ours, "cycle") if ours else None
+        bean = self._get("beanstalkd", "cycle")
+        ratio = cycle["ops_per_s"] / bean["ops_per_s"] if cycle and bean and bean["ops_per_s"] else None
+        rows.append(("full cycle vs beanstalkd", f"{ratio:.2f}x" if ratio is not None else "-",
+                     f"≥ {TARGET_VS_BEANSTALKD:.1f}x",
+                     verdict(None if ratio is None else ratio >= TARGET_VS_BEANSTALKD)))
+        cpu = sum(cycle["cpu_us_per_cycle"].values()) if cycle else None
+        rows.append(("router + shard CPU per cycle", f"{cpu:.1f} µs" if cpu is not None else "-",
+                     f"≤ {TARGET_CPU_US:g} µs", verdict(None if cpu is None else cpu <= TARGET_CPU_US)))
+        mem = self._get(ours, "memory") if ours else None
+        beyond = mem["bytes_beyond_payload"] if mem else None
+        rows.append(("bytes per queued job beyond payload", f"{beyond:.0f} B" if beyond is not None else "-",
+                     f"≤ {TARGET_BYTES_PER_JOB:g} B",
+                     verdict(None if beyond is None else beyond <= TARGET_BYTES_PER_JOB)))
+        p99 = cycle["latency_us"].get("p99") if cycle else None
+        rows.append(("p99 per request, full cycle", f"{p99 / 1000:.2f} ms" if p99 is not None else "-",
+                     f"≤ {TARGET_P99_US / 1000:g} ms", verdict(None if p99 is None else p99 <= TARGET_P99_US)))
+        return rows
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"header": self.header, "options": vars(self.opts), "versions": self.versions,
+                "results": self.results,
+                "targets": [dict(zip(("what", "measured", "target", "verdict"), t)) for t in self.targets()]}
+
+
+# ---------------------------------------------------------------- running
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def plan(opts: argparse.Namespace) -> List[Tuple[str, str, Callable[[], peers.ServerUnderTest]]]:
+    """(label, wire protocol, factory) for every server this run measures, in table order."""
+    servers: List[Tuple[str, str, Callable[[], peers.ServerUnderTest]]] = []
+    if opts.only in (None, "ours"):
+        for shards in sorted({1, opts.shards}):
+            servers.append((_our_label(shards), "workq", lambda s=shards: OurServer(s)))
+    if opts.only in (None, "beanstalkd"):
+        servers.append(("beanstalkd", "beanstalkd", peers.Beanstalkd))
+    if opts.only in (None, "redis"):
+        servers.append(("redis", "redis", peers.Redis))
+    return servers
+
+
+def _our_label(shards: int) -> str:
+    return f"ours, {shards} shard" + ("s" if shards > 1 else "")
+
+
+def run_all(opts: argparse.Namespace, report: Report,
+            servers: List[Tuple[str, str, Callable[[], peers.ServerUnderTest]]]) -> None:
+    """Every workload against every server, each on a fresh server that is always stopped."""
+    memory_for = {label for label, kind, _ in servers if kind != "workq"}
+    ours = [label for label, kind, _ in servers if kind == "workq"]
+    if ours:
+        memory_for.add(ours[-1])    # N shards: the configuration the target is about
+    steps: List[Tuple[str, Callable[..., Dict[str, Any]]]] = [
+        ("cycle", measure_cycle), ("produce", measure_produce), ("memory", measure_memory)]
+    for key, measure in steps:
+        for label, _, factory in servers:
+            if key == "memory" and label not in memory_for:
+                continue
+            _progress(f"{label}: {key} ...")
+            started = time.monotonic()
+            try:
+                with factory() as server:
+                    _progress(f"{label}: {server.protocol} on {peers.HOST}:{server.port}, "
+                              f"pids {json.dumps(server.pids())}")
+                    report.versions[VERSION_NAMES.get(server.protocol, server.protocol)] = server.version
+                    report.record(label, key, measure(server, opts))
+            except KeyboardInterrupt:
+                raise
+            except Exception as err:  # one server failing must not hide the others' numbers
+                report.record(label, key, f"{type(err).__name__}: {err}")
+            _progress(f"{label}: {key} done in {time.monotonic() - started:.1f} s")
+
+
+def _progress(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="bench.py", description="Benchmark our server against beanstalkd and Redis (loopback only).")
+    parser.add_argument("--duration", type=float, help="measured seconds per workload per server "
+                        "(default 10; 1 with --quick)")
+    parser.add_argument("--warmup", type=float, help="unmeasured seconds before each measurement "
+                        "(default 1; 0.3 with --quick)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: 1 s per workload, 0.3 s warm-up, 20,000 jobs for memory")
+    parser.add_argument("--only", choices=("ours", "beanstalkd", "redis"), help="measure one server kind")
+    parser.add_argument("--json", metavar="FILE", help="also write all results as JSON")
+    parser.add_argument("--memory-jobs", type=int, default=None, help="jobs queued for the memory figure "
+                        "(default 1,000,000; 20,000 with --quick)")
+    parser.add_argument("--shards", type=int, default=CORES, help="N for 'ours, N shards' (default: CPU count)")
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--loadgen-procs", type=int, default=2, help="load generator processes")
+    parser.add_argument("--batch", type=int, default=64, help="requests per write in the producer workload")
+    parser.add_argument("--queues", type=int, default=256, help="queue names ours and Redis spread over")
+    parser.add_argument("--prefill", type=int, default=25_600, help="jobs queued before a full-cycle run")
+    parser.add_argument("--payload", type=int, default=100, help="payload bytes")
+    opts = parser.parse_args(argv)
+    if opts.duration is None:
+        opts.duration = 1.0 if opts.quick else 10.0
+    if opts.warmup is None:
+        opts.warmup = 0.3 if opts.quick else 1.0
+    if opts.memory_jobs is None:
+        opts.memory_jobs = 20_000 if opts.quick else 1_000_000
+    if opts.duration <= 0 or opts.warmup < 0 or opts.memory_jobs < 1:
+        parser.error("--duration must be > 0, --warmup ≥ 0, --memory-jobs ≥ 1")
+    return opts
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    opts = parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    servers = plan(opts)
+    report = Report(opts, [(label, kind) for label, kind, _ in servers])
+    if any(kind != "workq" for _, kind, _ in servers):
+        peers.ensure_installed()
+    interrupted = False
+    try:
+        run_all(opts, report, servers)
+    except KeyboardInterrupt:
+        interrupted = True
+        _progress("interrupted: every server started has been stopped; partial results follow")
+    text = report.render()
+    print(text, flush=True)
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump(report.to_json(), f, indent=2)
+            f.write("\n")
+    return 130 if interrupted else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
