@@ -180,12 +180,13 @@ def test_priority_beats_schedule_and_creation():
 
 
 def test_lease_view_fields():
-    e = Engine()
+    e = Engine(shard=3)
     assert add(e, "a", name="q", payload=b"ping", priority=7, ttr=1500, number=99)[0] == OK
     reply = lease(e)
     assert reply[0] == OK
-    id, name, payload, number, priority, ttr, attempts, _order = reply[1]
-    assert (id, name, payload, number, priority, ttr, attempts) == ("a", "q", b"ping", 99, 7, 1500, 1)
+    id, name, payload, number, priority, ttr, attempts, _order, shard = reply[1]
+    assert (id, name, payload, number, priority, ttr, attempts, shard) == \
+        ("a", "q", b"ping", 99, 7, 1500, 1, 3)
 
 
 # ------------------------------------------------------------------ scheduling

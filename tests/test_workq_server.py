@@ -430,3 +430,14 @@ def test_sigterm_shuts_everything_down_cleanly():
         socket.create_connection(("127.0.0.1", proc.port()), timeout=1)
     w.close()
     proc.stop()
+
+
+def test_an_id_is_unique_across_shards(server, wire, other):
+    first, second = names_on_distinct_shards(server.shards, 2)[:2] if server.shards > 1 else ("u1", "u2")
+    id = new_id()
+    assert wire.call(add(id, first)) == b"+OK\r\n"
+    assert other.call(add(id, second)) == b"-CLIENT-ERROR Duplicate job\r\n"
+    assert wire.call(f"delete {id}\r\n".encode()) == b"+OK\r\n"
+    time.sleep(0.1)
+    assert other.call(add(id, second)) == b"+OK\r\n"  # free again once gone
+    assert other.call(f"inspect job {id}\r\n".encode()).startswith(f"+OK 1\r\n{id} 12\r\nname {second}\r\n".encode())

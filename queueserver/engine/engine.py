@@ -48,11 +48,12 @@ class Waiter:
         self.timer = None
 
 
-def lease_view(job: Job) -> list:
+def lease_view(job: Job, shard: int = 0) -> list:
     """What a worker receives for a leased job, for every protocol; ``attempts``
-    lets the router undo an undelivered lease, ``order`` compare across shards."""
+    and ``shard`` let the router undo an undelivered lease, ``order`` compare
+    jobs across shards."""
     return [job.id, job.name, job.payload, job.number, job.priority, job.ttr,
-            job.attempts, job.order]
+            job.attempts, job.order, shard]
 
 
 def result_view(job: Job) -> list:
@@ -66,7 +67,8 @@ def inspect_view(job: Job) -> list:
 
 
 class Engine:
-    def __init__(self, journal: Optional[Callable[[Event], None]] = None) -> None:
+    def __init__(self, journal: Optional[Callable[[Event], None]] = None, shard: int = 0) -> None:
+        self.shard = shard
         self.jobs: Dict[str, Job] = {}
         self.by_number: Dict[int, Job] = {}
         self.queues: Dict[str, JobQueue] = {}
@@ -148,7 +150,7 @@ class Engine:
         best = self._best(queues, now)
         if best is not None:
             self.apply(("lease", best.id, now))
-            return [OK, lease_view(best)]
+            return [OK, lease_view(best, self.shard)]
         if timeout == 0:
             return [TIMEOUT, ""]
         waiter = Waiter(token, "lease")
@@ -233,7 +235,7 @@ class Engine:
         best = self._best((queue,), now) if queue is not None else None
         if best is None:
             return [TIMEOUT, ""]
-        view = lease_view(best)
+        view = lease_view(best, self.shard)
         self.apply(("delete", best.id))
         return [OK, view]
 
@@ -250,6 +252,10 @@ class Engine:
 
     def _create_queue(self, now: int, token: Any, name: str) -> Reply:
         self._queue(name)
+        return [OK, None]
+
+    def _exists(self, now: int, token: Any, id: str) -> Reply:
+        self._job(id)
         return [OK, None]
 
     def _inspect_job(self, now: int, token: Any, id: str) -> Reply:
@@ -289,7 +295,7 @@ class Engine:
         "complete": _complete, "fail": _fail, "retry": _retry, "delete": _delete,
         "delete_number": _delete_number, "result": _result, "cancel": _cancel,
         "take": _take, "size": _size, "has": _has, "create_queue": _create_queue,
-        "inspect_job": _inspect_job, "inspect_jobs": _inspect_jobs,
+        "exists": _exists, "inspect_job": _inspect_job, "inspect_jobs": _inspect_jobs,
         "inspect_scheduled": _inspect_scheduled, "inspect_queue": _inspect_queue,
         "inspect_queues": _inspect_queues, "inspect_server": _inspect_server,
     }
@@ -371,7 +377,7 @@ class Engine:
                 return
             waiter = next(iter(queue.waiters))
             self.apply(("lease", job.id, now))
-            self._reply(waiter, [OK, lease_view(job)])
+            self._reply(waiter, [OK, lease_view(job, self.shard)])
 
     def _deliver_result(self, job: Job) -> None:
         waiting = self.result_waiters.get(job.id)

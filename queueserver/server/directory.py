@@ -1,58 +1,78 @@
-"""Which shard holds which job, for commands that name only an id.
+"""Which shard holds which job, for commands that name only a job id.
 
 Queues live on the shard their name hashes to, but ``complete``, ``delete``
-or goqueue's ``DELETE <number>`` name just a job. The router notes the shard
-of every job it creates (by UUID and by number), shards report each job that
-leaves them, and a (re)connecting shard lists all the jobs it holds, so the
-directory stays exact. Being exact, it also de-duplicates ids across shards.
+or ``result`` name just a job. The router notes the shard of every job it
+creates, shards report each job that leaves them, and a (re)connecting shard
+lists all it holds, so the directory stays exact.
+
+To cost little per queued job, an id is kept as its 64-bit xxhash, one small
+int per job. Two live ids that share a hash (or one id that really is on two
+shards) are marked :data:`SHARED`; commands for them ask every shard. Job
+numbers (goqueue's ids) are not kept at all: a delete by number asks every
+shard, and only the owner answers.
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, Optional, Sequence, Union
+from typing import Dict, Iterable, Optional
 
-Key = Union[str, int]
+import xxhash
+
+SHARED = -1
+
+_hash = xxhash.xxh64_intdigest
+
+
+def id_key(id: str) -> int:
+    return _hash(id.encode())
 
 
 class JobDirectory:
     __slots__ = ("_where", "last_number")
 
     def __init__(self) -> None:
-        self._where: Dict[Key, int] = {}
+        self._where: Dict[int, int] = {}
         self.last_number = 0
 
     def new_number(self) -> int:
         self.last_number += 1
         return self.last_number
 
-    def shard_of(self, key: Key) -> Optional[int]:
-        return self._where.get(key)
+    def shard_of(self, id: str) -> Optional[int]:
+        """The shard holding ``id``, :data:`SHARED`, or ``None`` when no shard has it."""
+        return self._where.get(_hash(id.encode()))
 
-    def __contains__(self, key: Key) -> bool:
-        return key in self._where
-
-    def place(self, id: str, number: int, shard: int) -> None:
-        self._where[id] = shard
-        self._where[number] = shard
-
-    def forget(self, id: str, number: int) -> None:
+    def place(self, id: str, shard: int) -> bool:
+        """Record ``id`` on ``shard``; False if the entry was there already."""
+        key = _hash(id.encode())
         where = self._where
-        where.pop(id, None)
-        where.pop(number, None)
+        known = where.get(key)
+        if known is None:
+            where[key] = shard
+            return True
+        if known != shard:
+            where[key] = SHARED
+        return False
 
-    def forget_all(self, pairs: Iterable[Sequence]) -> None:
+    def forget(self, id: str, shard: int) -> None:
+        key = _hash(id.encode())
+        if self._where.get(key) == shard:
+            del self._where[key]
+
+    def forget_all(self, ids: Iterable[str], shard: int) -> None:
         where = self._where
-        for id, number in pairs:
-            where.pop(id, None)
-            where.pop(number, None)
+        for id in ids:
+            key = _hash(id.encode())
+            if where.get(key) == shard:
+                del where[key]
 
     def forget_shard(self, shard: int) -> None:
         """A shard restarted empty: none of its jobs exist any more."""
         self._where = {k: s for k, s in self._where.items() if s != shard}
 
-    def learn(self, shard: int, last_number: int, pairs: Iterable[Sequence]) -> None:
-        for id, number in pairs:
-            self.place(id, number, shard)
+    def learn(self, shard: int, last_number: int, ids: Iterable[str]) -> None:
+        for id in ids:
+            self.place(id, shard)
         self.last_number = max(self.last_number, last_number)
 
     def __len__(self) -> int:
-        return len(self._where) // 2
+        return len(self._where)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..engine.status import OK, TIMEOUT, Reply
+from ..engine.status import NOT_FOUND, OK, TIMEOUT, Reply
 from .shardlink import ShardLink
 
 Callback = Callable[[Reply], None]
@@ -50,6 +50,34 @@ class Gather:
 
     def abandon(self) -> None:
         pass  # nothing parked: the answers just go unread
+
+
+class FirstFound:
+    """Ask every shard about one job; answer with the owner's reply.
+
+    For a job the directory cannot place (goqueue's numbers, or an id whose
+    hash two jobs share): every other shard answers NOT_FOUND at once.
+    """
+
+    def __init__(self, links: Sequence[ShardLink], op: str, args: Sequence[Any],
+                 callback: Callback) -> None:
+        self._callback: Optional[Callback] = callback
+        self._waiting = len(links)
+        self._asked: List[Tuple[ShardLink, int]] = []
+        for link in links:
+            self._asked.append((link, link.call(op, args, self._answer)))
+
+    def _answer(self, reply: Reply) -> None:
+        self._waiting -= 1
+        if self._callback is not None and (reply[0] != NOT_FOUND or self._waiting == 0):
+            callback, self._callback = self._callback, None
+            callback(reply)
+
+    def abandon(self) -> None:
+        if self._callback is not None:
+            self._callback = None
+            for link, req_id in self._asked:
+                link.cancel(req_id)
 
 
 class SpreadLease:

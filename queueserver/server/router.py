@@ -24,8 +24,8 @@ from ..engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR, Reply
 from ..protocols import codec_class as load_codec
 from ..protocols.base import ALL, BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, Command
 from .connection import ClientConnection
-from .directory import JobDirectory
-from .fanout import Gather, SpreadLease, give_back
+from .directory import SHARED, JobDirectory
+from .fanout import FirstFound, Gather, SpreadLease, give_back
 from .lifecycle import setup_logging, stop_event
 from .shardlink import ShardLink
 
@@ -93,13 +93,17 @@ class Router:
             if command.new_id is not None:
                 return self._create(command, link, callback)
             return link, link.call(command.op, command.args, callback)
-        if route == BY_ID or route == BY_NUMBER:
+        if route == BY_ID:
             shard = self.directory.shard_of(command.key)
             if shard is None:
                 callback([NOT_FOUND, ""])
                 return None
+            if shard == SHARED:
+                return FirstFound(self.links, command.op, command.args, callback)
             link = self.links[shard]
             return link, link.call(command.op, command.args, callback)
+        if route == BY_NUMBER:
+            return FirstFound(self.links, command.op, command.args, callback)
         if route == BY_NAMES:
             groups: Dict[ShardLink, List[str]] = {}
             for name in command.key:
@@ -114,22 +118,44 @@ class Router:
         raise ValueError(f"unroutable command {command!r}")
 
     def _create(self, command: Command, link: ShardLink, callback: Callable[[Reply], None]) -> Any:
-        """A command that makes a job: reserve its id and number in the directory first."""
-        id = command.new_id or str(uuid.uuid4())
+        """A command that makes a job: its id must be new on every shard.
+
+        The queue's own shard rejects an id it holds; an id the directory
+        places on another shard is checked there first (FIFO links keep this
+        exact even for two adds racing each other).
+        """
+        id = command.new_id
+        if not id:
+            return self._forward_new(command, link, str(uuid.uuid4()), callback)
+        known = self.directory.shard_of(id)
+        if known is None or known == link.index:
+            return self._forward_new(command, link, id, callback)
+        elsewhere = self.links if known == SHARED else [self.links[known]]
+
+        def checked(reply: Reply) -> None:
+            if reply[0] == OK:
+                callback([CLIENT_ERROR, "Duplicate job"])
+            elif reply[0] == NOT_FOUND:
+                self._forward_new(command, link, id, callback)
+            else:
+                callback(reply)
+
+        return FirstFound(elsewhere, "exists", [id], checked)
+
+    def _forward_new(self, command: Command, link: ShardLink, id: str,
+                     callback: Callable[[Reply], None]) -> Any:
         directory = self.directory
-        if id in directory:
-            callback([CLIENT_ERROR, "Duplicate job"])
-            return None
+        fresh = directory.place(id, link.index)
         number = directory.new_number()
-        directory.place(id, number, link.index)
         args = list(command.args)
         args[0] = id
         args.append(number)
 
         def created(reply: Reply) -> None:
             status = reply[0]
-            if status == CLIENT_ERROR or status == SERVER_ERROR or (status == OK and reply[1] is None):
-                directory.forget(id, number)  # refused, or dropped as a duplicate payload
+            if fresh and (status == CLIENT_ERROR or status == SERVER_ERROR
+                          or (status == OK and reply[1] is None)):
+                directory.forget(id, link.index)  # refused, or dropped as a duplicate payload
             callback(reply)
 
         return link, link.call(command.op, args, created)
@@ -144,9 +170,7 @@ class Router:
     def abandoned(self, command: Command, reply: Reply) -> None:
         """An answer reached a client that had left: give back a job it leased."""
         if command.op == "lease" and reply[0] == OK:
-            shard = self.directory.shard_of(reply[1][0])
-            if shard is not None:
-                give_back(self.links[shard], reply)
+            give_back(self.links[reply[1][8]], reply)
 
     # ----------------------------------------------------------- merging
     def _merge_server(self, args) -> Callable[[List[Any]], Reply]:
@@ -169,7 +193,7 @@ class Router:
     # ------------------------------------------------------- shard events
     def _shard_event(self, link: ShardLink, kind: str, body: Any) -> None:
         if kind == "forgotten":
-            self.directory.forget_all(body)
+            self.directory.forget_all(body, link.index)
         elif kind == "hello":
             self.directory.learn(body["shard"], body["last-number"], body["jobs"])
 

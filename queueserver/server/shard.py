@@ -37,7 +37,7 @@ class Shard:
     def __init__(self, index: int, path: str) -> None:
         self.index = index
         self.path = path
-        self.engine = Engine()
+        self.engine = Engine(shard=index)
         self.channels: Dict[int, FrameChannel] = {}
         self._ids = itertools.count(1)
         self._rearm = Event()
@@ -92,7 +92,7 @@ class Shard:
 
     def _hello(self, channel: FrameChannel) -> None:
         """Tell a (re)connected router which jobs live here."""
-        jobs = [[job.id, job.number] for job in self.engine.jobs.values()]
+        jobs = list(self.engine.jobs)
         for start in range(0, max(len(jobs), 1), HELLO_CHUNK):
             channel.send([0, "hello", {"shard": self.index, "last-number": self.engine.last_number,
                                        "jobs": jobs[start:start + HELLO_CHUNK]}])
@@ -107,7 +107,8 @@ class Shard:
                 if channel is not None:
                     channel.send([req_id, reply])
         if engine.forgotten:
-            forgotten, engine.forgotten = engine.forgotten, []
+            forgotten = [id for id, _ in engine.forgotten]
+            engine.forgotten = []
             for channel in self.channels.values():
                 channel.send([0, "forgotten", forgotten])
         deadline = engine.next_deadline()
