@@ -22,7 +22,7 @@ from .jobqueue import JobQueue, digest
 from .status import (
     CLIENT_ERROR, NOT_FOUND, NOT_FOUND_ERROR, OK, TIMEOUT, EngineError, Reply, client_error,
 )
-from .timers import Timers
+from .timers import Timer, Timers
 
 MS = 1000  # microseconds per millisecond
 
@@ -38,14 +38,16 @@ Event = Tuple[Any, ...]
 class Waiter:
     """A request parked until a job, a result or its deadline arrives."""
 
-    __slots__ = ("token", "kind", "queues", "job_id", "timer")
+    __slots__ = ("token", "role", "queues", "job_id", "due")
 
-    def __init__(self, token: Any, kind: str) -> None:
+    kind = T_WAIT  # as an entry of the shard's timers, a waiter stands for its wait-timeout
+
+    def __init__(self, token: Any, role: str) -> None:
         self.token = token
-        self.kind = kind            # "lease", "result" or "run"
+        self.role = role            # "lease", "result", "run" or "run-leased"
         self.queues: Sequence[JobQueue] = ()
         self.job_id: Optional[str] = None
-        self.timer = None
+        self.due: Optional[int] = None
 
 
 def lease_view(job: Job, shard: int = 0) -> list:
@@ -70,7 +72,9 @@ class Engine:
     def __init__(self, journal: Optional[Callable[[Event], None]] = None, shard: int = 0) -> None:
         self.shard = shard
         self.jobs: Dict[str, Job] = {}
-        self.by_number: Dict[int, Job] = {}
+        # Jobs by number, built on the first delete by number (goqueue): shards
+        # that never see one pay nothing per job for it.
+        self.by_number: Optional[Dict[int, Job]] = None
         self.queues: Dict[str, JobQueue] = {}
         self.timers = Timers()
         self.waiters: Dict[Any, Waiter] = {}
@@ -82,6 +86,7 @@ class Engine:
         self.journal = journal
         self.last_number = 0
         self._front = 0  # decreasing schedule stamps for "back to the front"
+        self._shared: Dict[int, int] = {}  # one int object per distinct TTR/TTL value
 
     # ------------------------------------------------------------------ entry
     def execute(self, op: str, args: Sequence[Any], now: int, token: Any = None) -> Optional[Reply]:
@@ -101,18 +106,22 @@ class Engine:
 
     def advance(self, now: int) -> None:
         """Fire every timer due at ``now``; replies go to the outbox."""
-        for deadline, _seq, kind, subject in self.timers.due(now):
+        for entry in self.timers.due(now):
+            kind = entry.kind
             if kind == T_WAIT:
-                self._wait_expired(subject)
-            elif kind == T_TTR and subject.foreground and not self._caller_waits(subject.id):
+                entry.due = None
+                self._wait_expired(entry)
+                continue
+            job = entry if kind == T_TTL else entry.job
+            if kind == T_TTR and job.foreground and not self._caller_waits(job.id):
                 # The `run` caller's wait-timeout passed while a worker held the
                 # job; the lease is over too, so the caller gets TIMEOUT.
-                for waiter in list(self.result_waiters.get(subject.id, ())):
-                    if waiter.kind == "run-leased":
+                for waiter in list(self.result_waiters.get(job.id, ())):
+                    if waiter.role == "run-leased":
                         self._reply(waiter, [TIMEOUT, ""])
-                self.apply(("delete", subject.id))
+                self.apply(("delete", job.id))
             else:
-                self.apply((kind, subject.id, deadline))
+                self.apply((kind, job.id, entry.due))
 
     # --------------------------------------------------------------- requests
     def _add(self, now: int, token: Any, id: str, name: str, payload: bytes, priority: int = 0,
@@ -198,6 +207,8 @@ class Engine:
         return [OK, None]
 
     def _delete_number(self, now: int, token: Any, number: int) -> Reply:
+        if self.by_number is None:
+            self.by_number = {job.number: job for job in self.jobs.values()}
         job = self.by_number.get(number)
         if job is None:
             raise NOT_FOUND_ERROR
@@ -221,7 +232,7 @@ class Engine:
         waiter = self.waiters.get(waiting)
         if waiter is not None:
             self._unpark(waiter)
-            if waiter.kind == "run":
+            if waiter.role == "run":
                 job = self.jobs.get(waiter.job_id)
                 if job is not None and not job.finished:
                     self.apply(("delete", job.id))
@@ -320,12 +331,14 @@ class Engine:
     def _park(self, waiter: Waiter, now: int, timeout: Optional[int]) -> None:
         self.waiters[waiter.token] = waiter
         if timeout is not None:
-            waiter.timer = self.timers.add(now + timeout * MS, T_WAIT, waiter)
+            waiter.due = now + timeout * MS
+            self.timers.add(waiter)
 
     def _unpark(self, waiter: Waiter) -> None:
         self.waiters.pop(waiter.token, None)
-        self.timers.cancel(waiter.timer)
-        waiter.timer = None
+        if waiter.due is not None:
+            self.timers.cancel(waiter)
+            waiter.due = None
         for queue in waiter.queues:
             queue.waiters.pop(waiter, None)
         if waiter.job_id is not None:
@@ -340,15 +353,14 @@ class Engine:
         self.outbox.append((waiter.token, reply))
 
     def _caller_waits(self, id: str) -> bool:
-        return any(w.kind == "run" for w in self.result_waiters.get(id, ()))
+        return any(w.role == "run" for w in self.result_waiters.get(id, ()))
 
     def _wait_expired(self, waiter: Waiter) -> None:
-        waiter.timer = None
-        if waiter.kind == "run":
+        if waiter.role == "run":
             job = self.jobs.get(waiter.job_id)
             if job is not None and job.state == J.LEASED:
                 # A worker has it: the caller now waits out this lease's TTR.
-                waiter.kind = "run-leased"
+                waiter.role = "run-leased"
                 return
             self._reply(waiter, [TIMEOUT, ""])
             if job is not None:
@@ -386,7 +398,7 @@ class Engine:
         reply = [OK, result_view(job)]
         foreground = False
         for waiter in list(waiting):
-            foreground = foreground or waiter.kind in ("run", "run-leased")
+            foreground = foreground or waiter.role in ("run", "run-leased")
             self._reply(waiter, reply)
         if foreground:
             self.apply(("delete", job.id))
@@ -413,25 +425,32 @@ class Engine:
 
     def _ev_add(self, id, number, name, payload, priority, ttr, ttl, max_attempts, max_fails,
                 now, sched, foreground) -> None:
-        job = Job(id, number, name, payload, priority=priority, ttr=ttr, ttl=ttl,
+        queue = self._queue(name)
+        shared = self._shared
+        # Jobs share their queue's name and repeated durations: less memory per job.
+        job = Job(id, number, queue.name, payload, priority=priority,
+                  ttr=shared.setdefault(ttr, ttr), ttl=shared.setdefault(ttl, ttl),
                   max_attempts=max_attempts, max_fails=max_fails, created=now, sched=sched,
                   foreground=foreground, scheduled=sched is not None)
+        if len(shared) > 4096:
+            shared.clear()
         self.jobs[id] = job
-        self.by_number[number] = job
+        if self.by_number is not None:
+            self.by_number[number] = job
         if number > self.last_number:
             self.last_number = number
         if ttl:
             self._start_ttl(job)
-        queue = self._queue(name)
         if job.sched > now:
             queue.sleep(job)
-            job.timer = self.timers.add(job.sched, T_WAKE, job)
+            job.timer = self.timers.add(Timer(job.sched, T_WAKE, job))
         else:
             queue.push(job)
             self._offer(queue, now)
 
     def _start_ttl(self, job: Job) -> None:
-        job.ttl_timer = self.timers.add(job.sched + job.ttl * MS, T_TTL, job)
+        job.due = job.sched + job.ttl * MS
+        self.timers.add(job)
 
     def _ev_wake(self, id, now) -> None:
         job = self.jobs[id]
@@ -447,7 +466,7 @@ class Engine:
         job.state = J.LEASED
         job.attempts += 1
         if job.ttr:
-            job.timer = self.timers.add(now + job.ttr * MS, T_TTR, job)
+            job.timer = self.timers.add(Timer(now + job.ttr * MS, T_TTR, job))
 
     def _ev_unlease(self, id, now) -> None:
         job = self.jobs[id]
@@ -503,10 +522,12 @@ class Engine:
 
     def _ev_delete(self, id) -> None:
         job = self.jobs.pop(id)
-        del self.by_number[job.number]
+        if self.by_number is not None:
+            del self.by_number[job.number]
         self._detach(job, self.queues[job.name])
-        self.timers.cancel(job.ttl_timer)
-        job.ttl_timer = None
+        if job.due is not None:
+            self.timers.cancel(job)
+            job.due = None
         self.forgotten.append((job.id, job.number))
         waiting = self.result_waiters.get(id)
         for waiter in list(waiting or ()):
@@ -545,6 +566,5 @@ class Engine:
         """Give ``job`` its final state and result; wake whoever waits for it."""
         self._detach(job, self.queues[job.name])
         job.state = state
-        job.success = state == J.COMPLETED
         job.result = result
         self._deliver_result(job)

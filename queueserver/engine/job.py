@@ -24,11 +24,12 @@ UNLIMITED_ATTEMPTS = -1
 class Job:
     """One job. ``order`` is its place in a ready queue (smallest first)."""
 
+    kind = "ttl"  # as an entry of the shard's timers, a job stands for its TTL
+
     __slots__ = (
         "id", "number", "name", "payload", "priority", "ttr", "ttl",
         "max_attempts", "max_fails", "attempts", "fails", "state",
-        "created", "sched", "result", "success", "order", "timer",
-        "ttl_timer", "foreground", "scheduled",
+        "created", "sched", "result", "order", "timer", "due", "foreground", "scheduled",
     )
 
     def __init__(
@@ -63,11 +64,10 @@ class Job:
         self.created = created
         self.sched = created if sched is None else sched
         self.result: Optional[bytes] = None
-        self.success = False
         # Higher priority first, then earlier schedule, creation, arrival.
         self.order = (-priority, self.sched, created, number)
-        self.timer = None        # the wake-up or TTR timer entry, if any
-        self.ttl_timer = None
+        self.timer = None        # the wake-up or TTR Timer, if any
+        self.due: Optional[int] = None  # when the TTL evicts it; the job is its own TTL timer
         self.foreground = foreground  # a `run` job: removed once its caller has its answer
         self.scheduled = scheduled    # added by `schedule`: inspect shows its time
 
@@ -76,6 +76,10 @@ class Job:
         if self.max_attempts < 0:
             return True
         return self.attempts < (self.max_attempts or ATTEMPTS_CAP)
+
+    @property
+    def success(self) -> bool:
+        return self.state == COMPLETED
 
     @property
     def finished(self) -> bool:
