@@ -15,6 +15,9 @@ def _serve_parser(sub) -> None:
                        description="Run the queue server: one router, N shard processes.")
     p.add_argument("--config", metavar="FILE", help="TOML configuration file")
     p.add_argument("--shards", type=int, metavar="N", help="shard processes (default: one per CPU)")
+    p.add_argument("--routers", type=int, metavar="N",
+                   help="router processes sharing the client ports (default 1; on many cores, "
+                        "about one per four cores)")
     p.add_argument("--bind", metavar="ADDR", help="address every listener binds (default 127.0.0.1)")
     for name, port in DEFAULT_PORTS.items():
         p.add_argument(f"--{name}-port", type=int, metavar="PORT", dest=f"{name}_port",
@@ -63,7 +66,7 @@ def _work(args: argparse.Namespace) -> int:
 
 def build_config(args: argparse.Namespace) -> Config:
     config = Config.load(args.config)
-    for key in ("shards", "bind", "runtime_dir", "log_level"):
+    for key in ("shards", "routers", "bind", "runtime_dir", "log_level"):
         value = getattr(args, key)
         if value is not None:
             setattr(config, key, value)
@@ -77,8 +80,8 @@ def build_config(args: argparse.Namespace) -> Config:
         config.listeners["queued"].options["allow_dups"] = True
     if args.reservation_timeout is not None:
         config.listeners["takeanumber"].options["reservation_timeout"] = args.reservation_timeout
-    if config.shards < 1:
-        raise ValueError("--shards must be at least 1")
+    if config.shards < 1 or config.routers < 1:
+        raise ValueError("--shards and --routers must be at least 1")
     return config
 
 

@@ -34,6 +34,7 @@ class Listener:
 @dataclass
 class Config:
     shards: int = field(default_factory=lambda: os.cpu_count() or 1)
+    routers: int = 1
     bind: str = "127.0.0.1"
     runtime_dir: Optional[str] = None
     log_level: str = "info"
@@ -49,7 +50,7 @@ class Config:
         return config
 
     def update(self, data: Dict[str, Any]) -> None:
-        for key in ("shards", "bind", "runtime_dir", "log_level"):
+        for key in ("shards", "routers", "bind", "runtime_dir", "log_level"):
             if key in data:
                 setattr(self, key, data[key])
         for name, listener in self.listeners.items():
@@ -61,9 +62,10 @@ class Config:
             listener.port = int(section.pop("port", listener.port))
             listener.bind = section.pop("bind", listener.bind)
             listener.options.update(section)
-        unknown = set(data) - {"shards", "bind", "runtime_dir", "log_level"} - set(self.listeners)
+        unknown = set(data) - {"shards", "routers", "bind", "runtime_dir", "log_level"} - set(self.listeners)
         if unknown:
             raise ValueError(f"unknown configuration keys: {', '.join(sorted(unknown))}")
-        if int(self.shards) < 1:
-            raise ValueError("shards must be at least 1")
+        if int(self.shards) < 1 or int(self.routers) < 1:
+            raise ValueError("shards and routers must be at least 1")
         self.shards = int(self.shards)
+        self.routers = int(self.routers)

@@ -1,8 +1,11 @@
-"""The supervisor: starts the shard and router processes, restarts any that
-dies, and stops them all on SIGTERM/SIGINT.
+"""The supervisor: binds the client ports, starts the shard and router
+processes, restarts any that dies, and stops them all on SIGTERM/SIGINT.
 
-It runs no event loop and touches no client traffic. Processes talk over
-Unix sockets in a private runtime directory (mode 0700, sockets 0600).
+It runs no event loop and touches no client traffic. It owns the listening
+sockets and hands them to every router, so several routers share the ports
+(the kernel gives each new connection to one of them) and a restarted router
+serves the very same ports. Routers and shards talk over Unix sockets in a
+private runtime directory (mode 0700, sockets 0600).
 """
 from __future__ import annotations
 
@@ -11,11 +14,12 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from .config import Config
 
@@ -28,9 +32,10 @@ MAX_BACKOFF = 5.0
 class Child:
     """One supervised process and its restart bookkeeping."""
 
-    def __init__(self, name: str, argv: List[str]) -> None:
+    def __init__(self, name: str, argv: List[str], pass_fds: tuple = ()) -> None:
         self.name = name
         self.argv = argv
+        self.pass_fds = pass_fds
         self.process: Optional[subprocess.Popen] = None
         self.backoff = 0.1
         self.restart_at = 0.0
@@ -39,7 +44,7 @@ class Child:
     def start(self) -> None:
         # Its own process group: a terminal's Ctrl-C reaches only the
         # supervisor, which then stops the children in order.
-        self.process = subprocess.Popen(self.argv, process_group=0)
+        self.process = subprocess.Popen(self.argv, process_group=0, pass_fds=self.pass_fds)
         self.started_at = time.monotonic()
         log.info("%s started (pid %d)", self.name, self.process.pid)
 
@@ -51,6 +56,7 @@ class Supervisor:
         self._stopping = False
         self._own_dir = False
         self.runtime_dir = ""
+        self.listeners: Dict[str, socket.socket] = {}
 
     def _prepare_runtime_dir(self) -> str:
         if self.config.runtime_dir:
@@ -60,6 +66,9 @@ class Supervisor:
         else:
             path = tempfile.mkdtemp(prefix="queueserver-")  # created 0700
             self._own_dir = True
+        for name in os.listdir(path):  # readiness of an earlier run means nothing now
+            if name.endswith(".ready") or name == "ports.json":
+                os.unlink(os.path.join(path, name))
         return path
 
     def _children(self) -> List[Child]:
@@ -70,32 +79,68 @@ class Supervisor:
         children = [Child(f"shard-{i}", [python, "-m", "queueserver.server.shard", "--index", str(i),
                                          "--socket", path, "--log-level", level])
                     for i, path in enumerate(sockets)]
-        listeners = {name: [l.bind or config.bind, l.port]
-                     for name, l in config.listeners.items() if l.enabled}
-        router_config = {
-            "sockets": sockets,
-            "listeners": listeners,
-            "options": {name: l.options for name, l in config.listeners.items()},
-            "ports_file": os.path.join(self.runtime_dir, "ports.json"),
-        }
-        children.append(Child("router", [python, "-m", "queueserver.server.router",
-                                         "--config", json.dumps(router_config), "--log-level", level]))
+        fds = {name: sock.fileno() for name, sock in self.listeners.items()}
+        for i in range(config.routers):
+            router_config = {
+                "sockets": sockets,
+                "listen_fds": fds,
+                "options": {name: l.options for name, l in config.listeners.items()},
+                "index": i,
+                "routers": config.routers,
+                "ready_file": os.path.join(self.runtime_dir, f"router-{i}.ready"),
+            }
+            name = "router" if config.routers == 1 else f"router-{i}"
+            children.append(Child(name, [python, "-m", "queueserver.server.router",
+                                         "--config", json.dumps(router_config), "--log-level", level],
+                                  pass_fds=tuple(fds.values())))
         return children
+
+    def _bind(self) -> None:
+        """Bind and listen on every enabled protocol's port."""
+        for name, listener in self.config.listeners.items():
+            if not listener.enabled:
+                continue
+            host = listener.bind or self.config.bind
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, listener.port))
+            sock.listen(1024)
+            sock.set_inheritable(True)
+            self.listeners[name] = sock
+            log.info("%s listening on %s:%d", name, host, sock.getsockname()[1])
+
+    def _write_ports(self) -> None:
+        """``ports.json``, once every router serves: the port each protocol got
+        (useful with port 0), and a sign that the server is ready."""
+        ports = {name: sock.getsockname()[1] for name, sock in self.listeners.items()}
+        path = os.path.join(self.runtime_dir, "ports.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(ports, f)
+        os.replace(path + ".tmp", path)
 
     def run(self) -> int:
         self.runtime_dir = self._prepare_runtime_dir()
         log.info("runtime directory %s, %d shards", self.runtime_dir, self.config.shards)
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
-        self.children = self._children()
         try:
+            self._bind()
+            self.children = self._children()
             for child in self.children:
                 child.start()
+            ready = [os.path.join(self.runtime_dir, f"router-{i}.ready") for i in range(self.config.routers)]
+            published = False
             while not self._stopping:
                 self._watch()
+                if not published and all(os.path.exists(path) for path in ready):
+                    self._write_ports()  # every router serves: clients may come
+                    published = True
                 time.sleep(0.05)
         finally:
             self._stop_all()
+            for sock in self.listeners.values():
+                sock.close()
             if self._own_dir:
                 shutil.rmtree(self.runtime_dir, ignore_errors=True)
         log.info("stopped")
@@ -122,8 +167,8 @@ class Supervisor:
 
     def _stop_all(self) -> None:
         # The router first, so no client request reaches a stopping shard.
-        ordered = [c for c in self.children if c.name == "router"] + \
-                  [c for c in self.children if c.name != "router"]
+        ordered = [c for c in self.children if c.name.startswith("router")] + \
+                  [c for c in self.children if not c.name.startswith("router")]
         for child in ordered:
             if child.process is not None and child.process.poll() is None:
                 child.process.terminate()

@@ -15,9 +15,12 @@ from serverproc import ServerProcess
 from wire import Wire, add, new_id
 
 
-@pytest.fixture(scope="module", params=[1, 3], ids=["1shard", "3shards"])
+@pytest.fixture(scope="module", params=[(1, 1), (3, 1), (3, 2)],
+                ids=["1shard", "3shards", "3shards-2routers"])
 def server(request):
-    proc = ServerProcess(shards=request.param, protocols=["workq"]).start()
+    shards, routers = request.param
+    proc = ServerProcess(shards=shards, protocols=["workq"], extra=["--routers", str(routers)]).start()
+    proc.routers = routers
     yield proc
     proc.stop()
 
@@ -441,3 +444,16 @@ def test_an_id_is_unique_across_shards(server, wire, other):
     time.sleep(0.1)
     assert other.call(add(id, second)) == b"+OK\r\n"  # free again once gone
     assert other.call(f"inspect job {id}\r\n".encode()).startswith(f"+OK 1\r\n{id} 12\r\nname {second}\r\n".encode())
+
+
+def test_active_clients_counts_every_routers_clients(server):
+    wires = [Wire(server.connect()) for _ in range(10)]
+    try:
+        for w in wires:  # every connection is served (and counted) before we ask
+            assert w.call(add(new_id(), qname())) == b"+OK\r\n"
+        for w in wires:
+            reply = w.call(b"inspect server\r\n")
+            assert int(reply.split(b"active-clients ")[1].split(b"\r\n")[0]) >= 10
+    finally:
+        for w in wires:
+            w.close()

@@ -82,6 +82,8 @@ class Engine:
         self.outbox: List[Tuple[Any, Reply]] = []
         #: (id, number) of jobs that left the shard, for the router's directory.
         self.forgotten: List[Tuple[str, int]] = []
+        #: ids of jobs created here, when several routers must hear of them (else None).
+        self.placed: Optional[List[str]] = None
         self.evicted = 0
         self.journal = journal
         self.last_number = 0
@@ -437,6 +439,8 @@ class Engine:
         self.jobs[id] = job
         if self.by_number is not None:
             self.by_number[number] = job
+        if self.placed is not None:
+            self.placed.append(id)
         if number > self.last_number:
             self.last_number = number
         if ttl:

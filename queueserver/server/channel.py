@@ -191,8 +191,11 @@ class FrameChannel:
         unpacker = msgpack.Unpacker(raw=False, use_list=True, max_buffer_size=64 * 1024 * 1024)
         for data in received(self.sock):
             unpacker.feed(data)
-            for frame in unpacker:
-                handle(frame)
+            for frame in unpacker:  # a malformed stream raises: the caller drops the channel
+                try:
+                    handle(frame)
+                except Exception:  # one bad frame or handler bug costs that frame only
+                    log.exception("handling frame %r failed", frame[:2] if isinstance(frame, list) else frame)
             after_batch()
 
     def close(self) -> None:

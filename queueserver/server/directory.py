@@ -27,15 +27,22 @@ def id_key(id: str) -> int:
 
 
 class JobDirectory:
-    __slots__ = ("_where", "last_number")
+    """``routers``/``router``: each of several routers makes numbers of its own
+    residue class, so numbers stay unique; one router counts 1, 2, 3..."""
 
-    def __init__(self) -> None:
+    __slots__ = ("_where", "last_number", "_stride", "_residue")
+
+    def __init__(self, routers: int = 1, router: int = 0) -> None:
         self._where: Dict[int, int] = {}
         self.last_number = 0
+        self._stride = routers
+        self._residue = router
 
     def new_number(self) -> int:
-        self.last_number += 1
-        return self.last_number
+        number = self.last_number + 1
+        number += (self._residue - (number - 1)) % self._stride
+        self.last_number = number
+        return number
 
     def shard_of(self, id: str) -> Optional[int]:
         """The shard holding ``id``, :data:`SHARED`, or ``None`` when no shard has it."""

@@ -40,10 +40,16 @@ def shard_for(name: str, shards: int) -> int:
 
 
 class Router:
-    def __init__(self, socket_paths: List[str], options: Optional[Dict[str, Any]] = None) -> None:
+    """``routers``/``index``: this is router ``index`` of ``routers`` sharing the
+    same listening sockets and shards."""
+
+    def __init__(self, socket_paths: List[str], options: Optional[Dict[str, Any]] = None,
+                 index: int = 0, routers: int = 1) -> None:
         self.options = options or {}
-        self.directory = JobDirectory()
-        self.links = [ShardLink(i, path, self._shard_event, self._shard_down)
+        self.index = index
+        self.routers = routers
+        self.directory = JobDirectory(routers, index)
+        self.links = [ShardLink(i, path, self._shard_event, self._shard_down, self._report_clients)
                       for i, path in enumerate(socket_paths)]
         self.clients = 0
         self.started = time.time_ns() // 1000
@@ -51,24 +57,33 @@ class Router:
         self._shard_of: Dict[str, int] = {}
 
     # ------------------------------------------------------------- listening
-    def listen(self, protocol: str, host: str, port: int) -> int:
+    def listen(self, protocol: str, listener: Any) -> None:
+        """Serve ``protocol`` on ``listener``: an address, or a bound listening
+        socket (the supervisor's, shared by every router)."""
         codec_class = load_codec(protocol)
         options = self.options
 
         def handle(sock, address) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.clients += 1
+            self._report_clients()
             ClientConnection(self, sock, codec_class(**options.get(protocol, {}))).serve()
 
-        server = StreamServer((host, port), handle, backlog=1024)
+        server = StreamServer(listener, handle, backlog=None if isinstance(listener, socket.socket) else 1024)
         server.start()
         self.servers[protocol] = server
-        actual = server.server_port
-        log.info("%s listening on %s:%d", protocol, host, actual)
-        return actual
+        log.info("router %d serving %s on %s:%d", self.index, protocol, *server.address[:2])
 
     def client_left(self, connection: ClientConnection) -> None:
         self.clients -= 1
+        self._report_clients()
+
+    def _report_clients(self, link: Optional[ShardLink] = None) -> None:
+        """Tell the shards how many clients this router serves, so that any
+        router can answer ``active-clients`` for all of them."""
+        if self.routers > 1:
+            for each in ([link] if link is not None else self.links):
+                each.notify("clients", [self.index, self.clients])
 
     def stop(self) -> None:
         for server in self.servers.values():
@@ -95,10 +110,12 @@ class Router:
             return link, link.call(command.op, command.args, callback)
         if route == BY_ID:
             shard = self.directory.shard_of(command.key)
-            if shard is None:
+            if shard is None and self.routers == 1:
                 callback([NOT_FOUND, ""])
                 return None
-            if shard == SHARED:
+            if shard is None or shard == SHARED:
+                # Ambiguous, or (with several routers) maybe made by another
+                # router an instant ago: the owner answers, the rest NOT_FOUND.
                 return FirstFound(self.links, command.op, command.args, callback)
             link = self.links[shard]
             return link, link.call(command.op, command.args, callback)
@@ -175,7 +192,11 @@ class Router:
     # ----------------------------------------------------------- merging
     def _merge_server(self, args) -> Callable[[List[Any]], Reply]:
         def merge(answers: List[Any]) -> Reply:
-            return [OK, {"active-clients": self.clients,
+            clients = {}
+            for answer in answers:
+                clients.update(answer.get("router-clients", ()))
+            clients[self.index] = self.clients
+            return [OK, {"active-clients": sum(clients.values()),
                          "evicted-jobs": sum(a["evicted-jobs"] for a in answers),
                          "started": self.started}]
         return merge
@@ -194,6 +215,8 @@ class Router:
     def _shard_event(self, link: ShardLink, kind: str, body: Any) -> None:
         if kind == "forgotten":
             self.directory.forget_all(body, link.index)
+        elif kind == "placed":  # jobs another router made
+            self.directory.learn(link.index, 0, body)
         elif kind == "hello":
             self.directory.learn(body["shard"], body["last-number"], body["jobs"])
 
@@ -209,19 +232,16 @@ def main(argv=None) -> None:
     setup_logging(args.log_level, "router")
     stop = stop_event()
     config = json.loads(args.config)
-    router = Router(config["sockets"], config.get("options"))
+    router = Router(config["sockets"], config.get("options"), config.get("index", 0),
+                    config.get("routers", 1))
     with gevent.Timeout(config.get("connect_timeout", 10), False):
         while not all(link.up for link in router.links):
             gevent.sleep(0.02)
-    ports = {}
-    for protocol, (host, port) in config["listeners"].items():
-        ports[protocol] = router.listen(protocol, host, port)
-    ports_file = config.get("ports_file")
-    if ports_file:
-        tmp = ports_file + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(ports, f)
-        os.replace(tmp, ports_file)
+    for protocol, fd in config["listen_fds"].items():
+        router.listen(protocol, socket.socket(fileno=fd))
+    if config.get("ready_file"):
+        with open(config["ready_file"], "w") as f:
+            f.write(str(os.getpid()))
     stop.wait()
     router.stop()
     log.info("router exiting")

@@ -39,6 +39,7 @@ class Shard:
         self.path = path
         self.engine = Engine(shard=index)
         self.channels: Dict[int, FrameChannel] = {}
+        self.router_clients: Dict[int, list] = {}   # channel -> [router index, clients]
         self._ids = itertools.count(1)
         self._rearm = Event()
         self._armed: Optional[int] = None
@@ -65,13 +66,18 @@ class Shard:
         cid = next(self._ids)
         channel = FrameChannel(sock)
         self.channels[cid] = channel
+        # With several routers, each must hear of the jobs the others create.
+        self.engine.placed = [] if len(self.channels) > 1 else None
         self._hello(channel)
         engine = self.engine
 
         def handle(frame: list) -> None:
             req_id, op, args = frame
-            if req_id == 0:  # a control frame: withdraw this channel's parked request
-                engine.execute("cancel", ((cid, args),), now_us())
+            if req_id == 0:  # a control frame from the router
+                if op == "cancel":  # withdraw this channel's parked request
+                    engine.execute("cancel", ((cid, args),), now_us())
+                elif op == "clients":  # how many clients that router serves
+                    self.router_clients[cid] = args
                 return
             try:
                 reply = engine.execute(op, args, now_us(), (cid, req_id))
@@ -79,12 +85,19 @@ class Shard:
                 log.exception("shard %d: %s %r failed", self.index, op, args)
                 reply = [SERVER_ERROR, f"{type(err).__name__}"]
             if reply is not None:
+                if op == "inspect_server" and reply[0] == 0:
+                    reply[1]["router-clients"] = list(self.router_clients.values())
                 channel.send([req_id, reply])
 
         try:
             channel.receive(handle, self._after_batch)
+        except Exception:  # an undecodable stream: drop this channel only
+            log.exception("shard %d: channel %d sent what cannot be decoded", self.index, cid)
         finally:
             del self.channels[cid]
+            self.router_clients.pop(cid, None)
+            if len(self.channels) < 2:
+                self.engine.placed = None
             for token in [t for t in engine.waiters if t[0] == cid]:
                 engine.execute("cancel", (token,), now_us())
             self._after_batch()
@@ -106,6 +119,10 @@ class Shard:
                 channel = self.channels.get(cid)
                 if channel is not None:
                     channel.send([req_id, reply])
+        if engine.placed:
+            placed, engine.placed = engine.placed, []
+            for channel in self.channels.values():
+                channel.send([0, "placed", placed])
         if engine.forgotten:
             forgotten = [id for id, _ in engine.forgotten]
             engine.forgotten = []

@@ -24,7 +24,8 @@ RECONNECT_DELAY = 0.05
 
 class ShardLink:
     def __init__(self, index: int, path: str, on_event: Callable[["ShardLink", str, Any], None],
-                 on_down: Callable[["ShardLink"], None]) -> None:
+                 on_down: Callable[["ShardLink"], None],
+                 on_up: Callable[["ShardLink"], None] = lambda link: None) -> None:
         self.index = index
         self.path = path
         self.pending: Dict[int, Callback] = {}
@@ -32,6 +33,7 @@ class ShardLink:
         self._next_id = 1
         self._on_event = on_event
         self._on_down = on_down
+        self._on_up = on_up
         self._greenlet = gevent.spawn(self._run)
 
     @property
@@ -49,6 +51,11 @@ class ShardLink:
         self.pending[req_id] = callback
         channel.send([req_id, op, args])
         return req_id
+
+    def notify(self, kind: str, body: Any) -> None:
+        """A control frame that needs no answer."""
+        if self.channel is not None:
+            self.channel.send([0, kind, body])
 
     def cancel(self, req_id: int) -> None:
         """Withdraw a parked request; its answer, if one is already on its way, still comes."""
@@ -72,8 +79,11 @@ class ShardLink:
             channel = FrameChannel(sock)
             self.channel = channel
             log.info("connected to shard %d at %s", self.index, self.path)
+            self._on_up(self)
             try:
                 channel.receive(self._handle)
+            except Exception:  # an undecodable stream: drop the link and reconnect
+                log.exception("shard %d sent what cannot be decoded", self.index)
             finally:
                 self.channel = None
                 channel.close()
