@@ -101,7 +101,7 @@ class OurServer(peers.ServerUnderTest):
             self.port = json.load(f)["workq"]
         self._pids = self._children()
         if len(self._pids) != self.shards + 1:
-            raise RuntimeError(f"expected router + {self.shards} shards, found {self._pids}")
+            raise RuntimeError(f"expected a router and {self.shards} shards, found {self._pids}")
         peers.wait_listening(self.port, process, "our server")
         return self
 
@@ -195,26 +195,27 @@ def _result_dict(result: LoadResult) -> Dict[str, Any]:
 def project(cpu_us: Dict[str, float], kind: str, scales: bool, cores: int) -> Tuple[float, str]:
     """Cycles/s at ``cores`` cores if the server had them all (load generated elsewhere).
 
-    Ours: shards partition the queues, so with one shard per core their work
-    spreads over the cores (``scales``; a fixed 1-shard server cannot: its
-    shard caps at 1 / shard CPU per cycle). Every request crosses the one
-    router process, which caps throughput at 1 / (router CPU per cycle), and
-    all processes together get at most ``cores`` CPU-seconds per second.
-    Peers: one event-loop thread, capped at 1 / (CPU per cycle) at any core
-    count. Returns the projection and the limit that sets it.
+    Ours: shards partition the queues and routers (``--routers R``) share the
+    client connections, so with enough of both (``scales``) all processes
+    together use the cores: cycles/s = cores / (CPU per cycle). A 1-shard,
+    1-router server cannot spread: each of its two processes caps at
+    1 / (its CPU per cycle). Peers: one event-loop thread, capped at
+    1 / (CPU per cycle) at any core count. Returns the projection and the
+    limit that sets it.
     """
     total = sum(cpu_us.values())
     if total <= 0:
         return 0.0, "-"
     if kind != "workq":
         return 1e6 / total, "one thread"
-    router = cpu_us.get("router", 0.0)
-    shards = total - router
     caps = [(cores * 1e6 / total, "cores")]
-    if router > 0:
-        caps.append((1e6 / router, "router"))
-    if not scales and shards > 0:
-        caps.append((1e6 / shards, "one shard"))
+    if not scales:
+        router = sum(v for k, v in cpu_us.items() if k.startswith("router"))
+        shards = total - router
+        if router > 0:
+            caps.append((1e6 / router, "one router"))
+        if shards > 0:
+            caps.append((1e6 / shards, "one shard"))
     return min(caps)
 
 
@@ -362,13 +363,13 @@ class Report:
                          + [f"limit @{PROJECT_CORES[-1]}"], rows))
         out += [
             f"    target: router + shard CPU ≤ {TARGET_CPU_US:g} µs per cycle",
-            "    projection model: the server alone gets C cores (load generated elsewhere). Ours with N shards:",
-            "    shard work partitions by queue name, so with C shards it spreads over the cores, but every",
-            "    request crosses the single router process: cycles/s = min(1 / router µs, C / total µs), with",
-            "    the N-shard run's per-cycle costs. Ours with 1 shard also caps at 1 / shard µs. Peers run one",
-            "    event-loop thread: 1 / µs per cycle at any C. Optimistic: it assumes per-cycle costs stay flat",
-            "    (no lock or cache contention, no loss of batching, even hashing), and they were measured with",
-            "    the load generator sharing these cores.",
+            "    projection model: the server alone gets C cores (load generated elsewhere). Ours with N shards",
+            "    run as C shards and about C/3 routers (--routers; they share the client ports): shard work",
+            "    partitions by queue name and router work by connection, so cycles/s = C / total µs, with the",
+            "    N-shard, 1-router run's per-cycle costs. Ours with 1 shard (and 1 router) caps at 1 / the",
+            "    larger process's µs. Peers run one event-loop thread: 1 / µs per cycle at any C. Optimistic:",
+            "    it assumes per-cycle costs stay flat (no contention, no loss of batching, even hashing), and",
+            "    they were measured with the load generator sharing these cores.",
             "",
         ]
 
