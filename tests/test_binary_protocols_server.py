@@ -14,7 +14,7 @@ import pytest
 
 from queueserver.server.router import shard_for
 from serverproc import ServerProcess
-from wire import Wire, add as workq_add, new_id
+from wire import SocketReader, Wire, add as workq_add, names_on_distinct_shards, new_id, qname
 
 SHARDS = 3
 
@@ -26,20 +26,6 @@ def server():
         yield proc
     finally:
         proc.stop()
-
-
-def qname(prefix: str = "q") -> str:
-    return f"{prefix}-{new_id()[:8]}"
-
-
-def names_on_distinct_shards(count: int = SHARDS):
-    found = {}
-    i = 0
-    while len(found) < count:
-        name = f"spread-{new_id()[:6]}-{i}"
-        found.setdefault(shard_for(name, SHARDS), name)
-        i += 1
-    return list(found.values())
 
 
 def assert_closed(sock: socket.socket, leftover: bytes = b"") -> None:
@@ -92,34 +78,11 @@ def reserved(id: int, priority: int, ttp: int, data: bytes) -> bytes:
     return b"RESERVED\0" + u64(id) + u32(priority) + u32(ttp) + b"reserved\0" + u32(len(data)) + data
 
 
-class GoWire:
+class GoWire(SocketReader):
     """Reads whole goqueue replies as raw bytes."""
 
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buf = b""
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def _fill(self) -> None:
-        chunk = self.sock.recv(1 << 20)
-        if not chunk:
-            raise ConnectionError("server closed the connection")
-        self.buf += chunk
-
-    def exact(self, n: int) -> bytes:
-        while len(self.buf) < n:
-            self._fill()
-        data, self.buf = self.buf[:n], self.buf[n:]
-        return data
-
     def string(self) -> bytes:
-        while b"\0" not in self.buf:
-            self._fill()
-        i = self.buf.index(b"\0") + 1
-        data, self.buf = self.buf[:i], self.buf[i:]
-        return data
+        return self.until(b"\0")
 
     def reply(self) -> bytes:
         word = self.string()
@@ -132,17 +95,10 @@ class GoWire:
             return word + head + self.exact(struct.unpack("<I", head[-4:])[0])
         return word  # OK, TIMEOUT
 
-    def call(self, data: bytes) -> bytes:
-        self.send(data)
-        return self.reply()
-
     def add(self, queue, priority=0, ttp=60, data=b"data") -> int:
         reply = self.call(g_add(queue, priority, ttp, data))
         assert reply.startswith(b"ADDED\0") and len(reply) == 14, reply
         return struct.unpack("<Q", reply[6:])[0]
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def reserved_fields(reply: bytes):
@@ -225,35 +181,12 @@ def t_size(n: int) -> bytes:
     return t_response(b"c" + i32(n))
 
 
-class FluxWire:
+class FluxWire(SocketReader):
     """Reads whole TaskFlux packets as raw bytes."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buf = b""
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def exact(self, n: int) -> bytes:
-        while len(self.buf) < n:
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError("server closed the connection")
-            self.buf += chunk
-        data, self.buf = self.buf[:n], self.buf[n:]
-        return data
 
     def reply(self) -> bytes:
         head = self.exact(5)
         return head + self.exact(struct.unpack(">i", head[1:])[0])
-
-    def call(self, data: bytes) -> bytes:
-        self.send(data)
-        return self.reply()
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.fixture
@@ -291,7 +224,7 @@ def test_goqueue_delete_of_an_unknown_id(gq):
 
 
 def test_goqueue_ids_increase_from_add_to_add(gq):
-    ids = [gq.add(name) for name in names_on_distinct_shards() * 3]
+    ids = [gq.add(name) for name in names_on_distinct_shards(SHARDS, SHARDS) * 3]
     assert ids == sorted(ids) and len(set(ids)) == len(ids) and ids[0] >= 1
 
 
@@ -335,7 +268,7 @@ def test_goqueue_delete_of_a_reserved_job_stops_its_ttp(gq):
 
 
 def test_goqueue_delete_reaches_jobs_on_every_shard(gq, gq2, wq):
-    names = names_on_distinct_shards()
+    names = names_on_distinct_shards(SHARDS, SHARDS)
     ids = [gq.add(name, data=name.encode()) for name in names]
     for id in ids:
         assert gq2.call(g_delete(id)) == b"OK\0"
@@ -406,7 +339,7 @@ def test_goqueue_queue_name_over_64k_errors_then_closes(server):
 
 
 def test_goqueue_pipelined_requests_are_all_answered_in_order(gq):
-    names = names_on_distinct_shards()
+    names = names_on_distinct_shards(SHARDS, SHARDS)
     batch = b"CONNECT\0"
     expected_data = []
     for i in range(30):
@@ -546,7 +479,7 @@ def test_taskflux_one_mebibyte_record_round_trips(tf):
 
 
 def test_taskflux_pipelined_packets_are_all_answered_in_order(tf):
-    names = names_on_distinct_shards()
+    names = names_on_distinct_shards(SHARDS, SHARDS)
     batch = b""
     for i in range(30):
         batch += t_enqueue(names[i % 3], 100 - i, f"r{i}".encode())

@@ -5,6 +5,8 @@ import struct
 
 import pytest
 
+from codec_helpers import only_command
+
 from queueserver.engine.job import UNLIMITED_ATTEMPTS
 from queueserver.engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR, TIMEOUT
 from queueserver.protocols import codec_class
@@ -55,10 +57,7 @@ def describe(cmd):
 
 
 def one(data: bytes, codec=None):
-    codec = codec or GoqueueCodec()
-    cmds = codec.receive(data)
-    assert len(cmds) == 1, cmds
-    return cmds[0]
+    return only_command((codec or GoqueueCodec()).receive(data))
 
 
 def view(number=7, priority=-3, ttr=60000, payload=b"123", id="a-uuid", name="q"):

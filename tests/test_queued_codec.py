@@ -13,9 +13,11 @@ import hashlib
 
 import pytest
 
+from codec_helpers import local_reply, only_command, shape
+
 from queueserver.engine.status import CLIENT_ERROR, OK, SERVER_ERROR, TIMEOUT
 from queueserver.protocols import codec_class
-from queueserver.protocols.base import BY_NAME, LOCAL, SERVER_ID
+from queueserver.protocols.base import BY_NAME, SERVER_ID
 from queueserver.protocols.queued import (
     MAX_LINE, QueuedCodec, render_has, render_item, render_ok, render_size,
 )
@@ -37,21 +39,11 @@ def decode(data: bytes, **options):
 
 
 def one(data: bytes, **options):
-    cmds = decode(data, **options)
-    assert len(cmds) == 1, cmds
-    return cmds[0]
+    return only_command(decode(data, **options))
 
 
 def local(data: bytes, **options) -> bytes:
-    cmd = one(data, **options)
-    assert cmd.route == LOCAL, cmd
-    return cmd.reply
-
-
-def shape(cmd):
-    if cmd.route == LOCAL:
-        return ("local", cmd.reply, cmd.close)
-    return (cmd.op, list(cmd.args), cmd.route, cmd.key, cmd.new_id)
+    return local_reply(one(data, **options))
 
 
 def add_args(name, item, unique=True):

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import pytest
 
+from codec_helpers import local_reply, only_command, shape
+
 from queueserver.engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR, TIMEOUT
 from queueserver.protocols import codec_class
-from queueserver.protocols.base import BY_NAME, LOCAL, SERVER_ID
+from queueserver.protocols.base import BY_NAME, SERVER_ID
 from queueserver.protocols.takeanumber import (
     MAX_LINE, TakeANumberCodec, render_add, render_len, render_ok, render_reserve,
 )
@@ -27,24 +29,11 @@ def decode(data: bytes, **options):
 
 
 def one(data: bytes, **options):
-    cmds = decode(data, **options)
-    assert len(cmds) == 1, cmds
-    return cmds[0]
+    return only_command(decode(data, **options))
 
 
 def local(data: bytes, **options) -> bytes:
-    """The reply of the single command decoded from ``data``, which must be LOCAL."""
-    cmd = one(data, **options)
-    assert cmd.route == LOCAL, cmd
-    return cmd.reply
-
-
-def shape(cmd):
-    """What the router sees of a command, lists and tuples alike."""
-    if cmd.route == LOCAL:
-        return ("local", cmd.reply, cmd.close)
-    return (cmd.op, [list(a) if isinstance(a, (list, tuple)) else a for a in cmd.args],
-            cmd.route, cmd.key, cmd.new_id)
+    return local_reply(one(data, **options))
 
 
 def add_args(name, body, retries=0, ttr=0):

@@ -5,6 +5,8 @@ import struct
 
 import pytest
 
+from codec_helpers import only_command
+
 from queueserver.engine.job import UNLIMITED_ATTEMPTS
 from queueserver.engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR, TIMEOUT
 from queueserver.protocols import codec_class
@@ -64,10 +66,7 @@ def describe(cmd):
 
 
 def one(data: bytes, codec=None):
-    codec = codec or TaskFluxCodec()
-    cmds = codec.receive(data)
-    assert len(cmds) == 1, cmds
-    return cmds[0]
+    return only_command((codec or TaskFluxCodec()).receive(data))
 
 
 def view(key=0, payload=b"data", number=3):

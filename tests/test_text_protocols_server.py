@@ -20,7 +20,7 @@ import pytest
 
 from queueserver.server.router import shard_for
 from serverproc import ServerProcess
-from wire import Wire, add, new_id
+from wire import SocketReader, Wire, add, inspect_field, names_on_distinct_shards, new_id, qname
 
 PROTOCOLS = ["workq", "takeanumber", "queued"]
 SHARDS = 3
@@ -43,39 +43,24 @@ def tuned():
     proc.stop()
 
 
-class TextWire:
-    """Sends bytes, reads whole reply lines (``\\r\\n`` for takeanumber, ``\\n`` for queued)."""
+class TextWire(SocketReader):
+    """Reads whole reply lines (``\\r\\n`` for takeanumber, ``\\n`` for queued)."""
 
     def __init__(self, sock: socket.socket, eol: bytes) -> None:
-        self.sock = sock
+        super().__init__(sock)
         self.eol = eol
-        self.buf = b""
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
 
     def line(self) -> bytes:
-        while self.eol not in self.buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError(f"server closed the connection; unread {self.buf!r}")
-            self.buf += chunk
-        line, self.buf = self.buf.split(self.eol, 1)
-        return line + self.eol
+        return self.until(self.eol)
+
+    reply = line
 
     def lines(self, n: int) -> list:
         return [self.line() for _ in range(n)]
 
-    def call(self, data: bytes) -> bytes:
-        self.send(data)
-        return self.line()
-
     def at_eof(self) -> bool:
         """True once the server has closed the connection (nothing more to read)."""
         return not self.buf and self.sock.recv(65536) == b""
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def tan(proc: ServerProcess) -> TextWire:
@@ -121,20 +106,6 @@ def wq(server):
     w.close()
 
 
-def qname(prefix: str = "q") -> str:
-    return f"{prefix}-{new_id()[:8]}"
-
-
-def names_on_distinct_shards(count: int = SHARDS):
-    found = {}
-    i = 0
-    while len(found) < count:
-        name = f"spread-{new_id()[:6]}-{i}"
-        found.setdefault(shard_for(name, SHARDS), name)
-        i += 1
-    return list(found.values())
-
-
 def b64(data: bytes) -> bytes:
     return base64.b64encode(data)
 
@@ -148,14 +119,6 @@ def added_id(reply: bytes) -> str:
     id = reply[1:-2]
     assert UUID4.match(id), reply
     return id.decode()
-
-
-def inspect_field(w: Wire, id: str, key: str) -> bytes:
-    reply = w.call(f"inspect job {id}\r\n".encode())
-    for line in reply.split(b"\r\n"):
-        if line.startswith(key.encode() + b" "):
-            return line.split(b" ", 1)[1]
-    raise AssertionError(f"{key} not in {reply!r}")
 
 
 # =============================================================== takeanumber
@@ -276,7 +239,7 @@ def test_tan_zero_or_negative_retries_allow_none(t, retries):
 
 
 def test_tan_retry_and_done_need_the_right_queue(t):
-    name, other = names_on_distinct_shards(2)
+    name, other = names_on_distinct_shards(SHARDS, 2)
     id = added_id(t.call(f"ADD {name} 3 mine\r\n".encode()))
     assert t.call(f"RETRY {other} {id}\r\n".encode()) == b"-ERR No such Id.\r\n"
     assert t.call(f"DONE {other} {id}\r\n".encode()) == b"-ERR No such Id.\r\n"
@@ -309,7 +272,7 @@ def test_tan_mebibyte_body_and_overlong_line(t):
 
 
 def test_tan_pipelined_requests_across_shards_answer_in_order(t):
-    names = names_on_distinct_shards()
+    names = names_on_distinct_shards(SHARDS, SHARDS)
     count = 60
     batch = b"".join(f"ADD {names[i % 3]} 1 job {i}\r\n".encode() for i in range(count))
     batch += b"".join(f"LEN {n}\r\n".encode() for n in names)
@@ -441,7 +404,7 @@ def test_queued_crlf_tolerated(q):
 
 
 def test_queued_use_switches_queues(q, q2):
-    one, two = names_on_distinct_shards(2)
+    one, two = names_on_distinct_shards(SHARDS, 2)
     use(q, one)
     assert q.call(b"ENQUE " + b64(b"in one") + b"\n") == b"OK\n"
     use(q, two)
@@ -492,7 +455,7 @@ def test_queued_duplicates_are_dropped_across_connections(q, q2):
 
 
 def test_queued_same_item_in_two_queues_is_no_duplicate(q):
-    one, two = names_on_distinct_shards(2)
+    one, two = names_on_distinct_shards(SHARDS, 2)
     for name in (one, two):
         use(q, name)
         assert q.call(b"ENQUE " + b64(b"shared") + b"\n") == b"OK\n"
@@ -535,7 +498,7 @@ def test_queued_overlong_line_resyncs(q):
 
 
 def test_queued_pipelined_with_use_answers_in_order(q):
-    names = names_on_distinct_shards()
+    names = names_on_distinct_shards(SHARDS, SHARDS)
     batch = b""
     expected = []
     for round in range(10):

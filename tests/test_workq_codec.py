@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from codec_helpers import only_command
+
 from queueserver.engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR, TIMEOUT
 from queueserver.protocols.base import ALL, BY_ID, BY_NAME, BY_NAMES, LOCAL
 from queueserver.protocols.workq import WorkqCodec
@@ -39,9 +41,7 @@ def decode(data: bytes):
 
 
 def one(data: bytes):
-    cmds = decode(data)
-    assert len(cmds) == 1, cmds
-    return cmds[0]
+    return only_command(decode(data))
 
 
 def norm(value):

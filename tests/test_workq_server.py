@@ -12,7 +12,7 @@ import pytest
 
 from queueserver.server.router import shard_for
 from serverproc import ServerProcess
-from wire import Wire, add, new_id
+from wire import Wire, add, inspect_field, names_on_distinct_shards, new_id, qname
 
 
 @pytest.fixture(scope="module", params=[(1, 1), (3, 1), (3, 2)],
@@ -37,29 +37,6 @@ def other(server):
     w = Wire(server.connect())
     yield w
     w.close()
-
-
-def qname(prefix: str = "q") -> str:
-    return f"{prefix}-{new_id()[:8]}"
-
-
-def names_on_distinct_shards(shards: int, count: int):
-    """Queue names that hash to ``count`` different shards (when there are that many)."""
-    found = {}
-    i = 0
-    while len(found) < min(count, shards):
-        name = f"spread-{new_id()[:6]}-{i}"
-        found.setdefault(shard_for(name, shards), name)
-        i += 1
-    return list(found.values())
-
-
-def inspect_field(w: Wire, id: str, key: str) -> bytes:
-    reply = w.call(f"inspect job {id}\r\n".encode())
-    for line in reply.split(b"\r\n"):
-        if line.startswith(key.encode() + b" "):
-            return line.split(b" ", 1)[1]
-    raise AssertionError(f"{key} not in {reply!r}")
 
 
 # ------------------------------------------------------------------ commands

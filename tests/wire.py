@@ -7,13 +7,34 @@ from __future__ import annotations
 
 import socket
 import uuid
+from abc import ABC, abstractmethod
 
 
 def new_id() -> str:
     return str(uuid.uuid4())
 
 
-class Wire:
+def qname(prefix: str = "q") -> str:
+    """A fresh queue name, so tests sharing a server never share a queue."""
+    return f"{prefix}-{new_id()[:8]}"
+
+
+def names_on_distinct_shards(shards: int, count: int):
+    """Queue names that hash to ``count`` different shards (at most ``shards``)."""
+    from queueserver.server.router import shard_for
+    found = {}
+    i = 0
+    while len(found) < min(count, shards):
+        name = f"spread-{new_id()[:6]}-{i}"
+        found.setdefault(shard_for(name, shards), name)
+        i += 1
+    return list(found.values())
+
+
+class SocketReader(ABC):
+    """A client socket with a receive buffer: each protocol's test wire reads
+    its replies with ``until`` and ``exact``."""
+
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.buf = b""
@@ -22,22 +43,42 @@ class Wire:
         self.sock.sendall(data)
 
     def _fill(self) -> None:
-        chunk = self.sock.recv(65536)
+        chunk = self.sock.recv(1 << 20)
         if not chunk:
             raise ConnectionError("server closed the connection")
         self.buf += chunk
 
-    def line(self) -> bytes:
-        while b"\r\n" not in self.buf:
+    def until(self, sep: bytes) -> bytes:
+        """Everything up to and including the next ``sep``."""
+        while sep not in self.buf:
             self._fill()
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line + b"\r\n"
+        i = self.buf.index(sep) + len(sep)
+        data, self.buf = self.buf[:i], self.buf[i:]
+        return data
 
     def exact(self, n: int) -> bytes:
         while len(self.buf) < n:
             self._fill()
         data, self.buf = self.buf[:n], self.buf[n:]
         return data
+
+    def call(self, data: bytes) -> bytes:
+        self.send(data)
+        return self.reply()
+
+    @abstractmethod
+    def reply(self) -> bytes:
+        """One whole reply of the wire's protocol, as bytes."""
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class Wire(SocketReader):
+    """workq."""
+
+    def line(self) -> bytes:
+        return self.until(b"\r\n")
 
     def reply(self) -> bytes:
         """One whole workq reply, as bytes."""
@@ -66,12 +107,15 @@ class Wire:
                 out.append(key_line)
         return b"".join(out)
 
-    def call(self, data: bytes) -> bytes:
-        self.send(data)
-        return self.reply()
 
-    def close(self) -> None:
-        self.sock.close()
+
+def inspect_field(w: Wire, id: str, key: str) -> bytes:
+    """One key of ``inspect job`` over workq."""
+    reply = w.call(f"inspect job {id}\r\n".encode())
+    for line in reply.split(b"\r\n"):
+        if line.startswith(key.encode() + b" "):
+            return line.split(b" ", 1)[1]
+    raise AssertionError(f"{key} not in {reply!r}")
 
 
 def add(id: str, name: str = "q", payload: bytes = b"data", ttr: int = 10000, ttl: int = 60000,

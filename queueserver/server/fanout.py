@@ -37,7 +37,7 @@ class Gather:
         self._answers: List[Any] = []
         self._waiting = len(links)
         self._merge = merge
-        self._callback = callback
+        self._callback: Optional[Callback] = callback
         for link in links:
             link.call(op, args, self._answer)
 
@@ -45,11 +45,12 @@ class Gather:
         if reply[0] == OK:
             self._answers.append(reply[1])
         self._waiting -= 1
-        if self._waiting == 0:
+        if self._waiting == 0 and self._callback is not None:
             self._callback(self._merge(self._answers))
 
     def abandon(self) -> None:
-        pass  # nothing parked: the answers just go unread
+        """The client left: nothing is parked, so just skip the merge."""
+        self._callback = None
 
 
 class FirstFound:
