@@ -166,21 +166,26 @@ class Supervisor:
                 child.start()
 
     def _stop_all(self) -> None:
-        # The router first, so no client request reaches a stopping shard.
-        ordered = [c for c in self.children if c.name.startswith("router")] + \
-                  [c for c in self.children if not c.name.startswith("router")]
-        for child in ordered:
-            if child.process is not None and child.process.poll() is None:
-                child.process.terminate()
+        """Routers first (no new requests reach a stopping shard), then shards."""
+        routers = [c for c in self.children if c.name.startswith("router")]
+        shards = [c for c in self.children if not c.name.startswith("router")]
         deadline = time.monotonic() + STOP_GRACE
-        for child in ordered:
-            process = child.process
-            if process is None:
-                continue
-            try:
-                process.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                log.warning("%s did not stop in time; killing it", child.name)
-                process.kill()
-                process.wait()
-            log.info("%s exited with status %s", child.name, process.returncode)
+        for group in (routers, shards):
+            for child in group:
+                if child.process is not None and child.process.poll() is None:
+                    child.process.terminate()
+            for child in group:
+                self._reap(child, deadline)
+
+    @staticmethod
+    def _reap(child: Child, deadline: float) -> None:
+        process = child.process
+        if process is None:
+            return
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.warning("%s did not stop in time; killing it", child.name)
+            process.kill()
+            process.wait()
+        log.info("%s exited with status %s", child.name, process.returncode)
