@@ -1053,3 +1053,19 @@ def test_replay_does_not_write_to_the_journal():
     fresh = Engine(journal=again.append)
     fresh.replay(events)
     assert again == []
+
+
+def test_a_taken_job_restored_gets_its_old_place_back_and_replays():
+    journal = []
+    e = Engine(journal=journal.append)
+    for id in ("a", "b", "c"):
+        add(e, id)
+    taken = e.execute("take", ("q",), T0)
+    assert taken[0] == OK and taken[1][0] == "a" and "a" not in e.jobs
+    assert e.execute("restore", (taken[1],), T0 + 5) == [OK, None]
+    assert e.execute("restore", (taken[1],), T0 + 6) == [OK, None]  # already back: nothing
+    assert [lease_all_id for lease_all_id in (leased_id(lease(e)) for _ in range(3))] == ["a", "b", "c"]
+    replayed = Engine()
+    replayed.replay(journal)
+    assert sorted(replayed.jobs) == ["a", "b", "c"]
+    assert all(j.state == LEASED for j in replayed.jobs.values())

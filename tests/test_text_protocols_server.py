@@ -603,3 +603,21 @@ def test_shard_down_is_answered_in_each_protocols_error_form():
         w.close()
     finally:
         proc.stop()
+
+
+def test_a_dequeue_whose_client_left_puts_the_item_back(server):
+    name = qname("lost")
+    producer = qd(server)
+    producer.call(f"USE {name}\n".encode())
+    for item in (b"first", b"second"):
+        assert producer.call(b"ENQUE " + b64(item) + b"\n") == b"OK\n"
+    gone = server.connect("queued")
+    gone.sendall(f"USE {name}\nDEQUE\n".encode())
+    gone.close()  # before the answer can arrive: the router must not lose "first"
+    deadline = time.monotonic() + 10
+    while producer.call(b"SIZE\n") != b"SIZE 2\n":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert producer.call(b"DEQUE\n") == b"ITEM " + b64(b"first") + b"\n"  # at its old place
+    assert producer.call(b"DEQUE\n") == b"ITEM " + b64(b"second") + b"\n"
+    producer.close()

@@ -252,6 +252,14 @@ class Engine:
         self.apply(("delete", best.id))
         return [OK, view]
 
+    def _restore(self, now: int, token: Any, view: list) -> Reply:
+        """Put back a job whose ``take`` could not be delivered (its client left),
+        at the very place it had; TTL and attempt limits do not come back."""
+        id, name, payload, number, priority, ttr, _attempts, order = view[:8]
+        if id not in self.jobs:
+            self.apply(("restore", id, number, name, payload, priority, ttr, list(order), now))
+        return [OK, None]
+
     def _size(self, now: int, token: Any, name: str, must_exist: bool = False) -> Reply:
         """Ready jobs in the queue (leased and sleeping ones are not waiting in line)."""
         queue = self.queues.get(name)
@@ -307,7 +315,7 @@ class Engine:
         "add": _add, "run": _run, "lease": _lease, "unlease": _unlease,
         "complete": _complete, "fail": _fail, "retry": _retry, "delete": _delete,
         "delete_number": _delete_number, "result": _result, "cancel": _cancel,
-        "take": _take, "size": _size, "has": _has, "create_queue": _create_queue,
+        "take": _take, "restore": _restore, "size": _size, "has": _has, "create_queue": _create_queue,
         "exists": _exists, "inspect_job": _inspect_job, "inspect_jobs": _inspect_jobs,
         "inspect_scheduled": _inspect_scheduled, "inspect_queue": _inspect_queue,
         "inspect_queues": _inspect_queues, "inspect_server": _inspect_server,
@@ -452,6 +460,19 @@ class Engine:
             queue.push(job)
             self._offer(queue, now)
 
+    def _ev_restore(self, id, number, name, payload, priority, ttr, order, now) -> None:
+        queue = self._queue(name)
+        job = Job(id, number, queue.name, payload, priority=priority, ttr=ttr,
+                  max_attempts=J.UNLIMITED_ATTEMPTS, created=order[2], sched=order[1])
+        job.order = tuple(order)
+        self.jobs[id] = job
+        if self.by_number is not None:
+            self.by_number[number] = job
+        if self.placed is not None:
+            self.placed.append(id)
+        queue.push(job)
+        self._offer(queue, now)
+
     def _start_ttl(self, job: Job) -> None:
         job.due = job.sched + job.ttl * MS
         self.timers.add(job)
@@ -544,7 +565,7 @@ class Engine:
         self._ev_delete(id)
 
     _events: Dict[str, Callable[..., None]] = {
-        "add": _ev_add, T_WAKE: _ev_wake, "lease": _ev_lease, "unlease": _ev_unlease,
+        "add": _ev_add, "restore": _ev_restore, T_WAKE: _ev_wake, "lease": _ev_lease, "unlease": _ev_unlease,
         T_TTR: _ev_ttr, "exhaust": _ev_exhaust, "complete": _ev_complete, "fail": _ev_fail, "retry": _ev_retry,
         "delete": _ev_delete, T_TTL: _ev_evict,
     }

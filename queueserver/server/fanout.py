@@ -22,11 +22,11 @@ Callback = Callable[[Reply], None]
 def give_back(link: ShardLink, reply: Reply) -> None:
     """Return a leased job nobody will receive to its queue, uncharged."""
     view = reply[1]
-    link.call("unlease", [view[0], view[6]], _ignore)
+    link.call("unlease", [view[0], view[6]], ignore)
 
 
-def _ignore(reply: Reply) -> None:
-    pass
+def ignore(reply: Reply) -> None:
+    """The callback of a request whose answer nobody needs."""
 
 
 class Gather:

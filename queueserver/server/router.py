@@ -25,7 +25,7 @@ from ..protocols import codec_class as load_codec
 from ..protocols.base import ALL, BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, Command
 from .connection import ClientConnection
 from .directory import SHARED, JobDirectory
-from .fanout import FirstFound, Gather, SpreadLease, give_back
+from .fanout import FirstFound, Gather, SpreadLease, give_back, ignore
 from .lifecycle import setup_logging, stop_event
 from .shardlink import ShardLink
 
@@ -185,9 +185,16 @@ class Router:
             pending.abandon()
 
     def abandoned(self, command: Command, reply: Reply) -> None:
-        """An answer reached a client that had left: give back a job it leased."""
-        if command.op == "lease" and reply[0] == OK:
+        """An answer reached a client that had left: give back a job it leased
+        or took, so no job is lost with the connection."""
+        if reply[0] != OK:
+            return
+        if command.op == "lease":
             give_back(self.links[reply[1][8]], reply)
+        elif command.op == "take":
+            view = reply[1]
+            self.directory.place(view[0], view[8])
+            self.links[view[8]].call("restore", [view], ignore)
 
     # ----------------------------------------------------------- merging
     def _merge_server(self, args) -> Callable[[List[Any]], Reply]:
