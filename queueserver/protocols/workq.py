@@ -12,7 +12,7 @@ from __future__ import annotations
 import calendar
 import re
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from ..engine import status as S
 from ..engine.status import Reply
@@ -108,33 +108,31 @@ def _job_block(view: list) -> bytes:
     return f"{id} {count}\r\n".encode() + head + "\r\n".join(tail).encode() + b"\r\n"
 
 
-def render_job(reply: Reply) -> bytes:
-    if reply[0] != S.OK:
-        return _error(reply)
-    return b"+OK 1\r\n" + _job_block(reply[1])
-
-
-def render_jobs(reply: Reply) -> bytes:
-    if reply[0] != S.OK:
-        return _error(reply)
-    return f"+OK {len(reply[1])}\r\n".encode() + b"".join(_job_block(v) for v in reply[1])
-
-
 def _queue_block(view: list) -> bytes:
     name, ready, scheduled = view
     return f"{name} 2\r\nready-len {ready}\r\nscheduled-len {scheduled}\r\n".encode()
 
 
-def render_queue(reply: Reply) -> bytes:
-    if reply[0] != S.OK:
-        return _error(reply)
-    return b"+OK 1\r\n" + _queue_block(reply[1])
+def _one(block: Callable[[list], bytes]) -> Callable[[Reply], bytes]:
+    """A renderer for ``+OK 1`` and one block (inspect job, inspect queue)."""
+    def render(reply: Reply) -> bytes:
+        return _error(reply) if reply[0] != S.OK else b"+OK 1\r\n" + block(reply[1])
+    return render
 
 
-def render_queues(reply: Reply) -> bytes:
-    if reply[0] != S.OK:
-        return _error(reply)
-    return f"+OK {len(reply[1])}\r\n".encode() + b"".join(_queue_block(v) for v in reply[1])
+def _many(block: Callable[[list], bytes]) -> Callable[[Reply], bytes]:
+    """A renderer for ``+OK <n>`` and n blocks (inspect jobs, inspect queues)."""
+    def render(reply: Reply) -> bytes:
+        if reply[0] != S.OK:
+            return _error(reply)
+        return f"+OK {len(reply[1])}\r\n".encode() + b"".join(block(v) for v in reply[1])
+    return render
+
+
+render_job = _one(_job_block)
+render_jobs = _many(_job_block)
+render_queue = _one(_queue_block)
+render_queues = _many(_queue_block)
 
 
 def render_server(reply: Reply) -> bytes:
