@@ -67,9 +67,10 @@ def received(sock) -> Iterator[bytes]:
 
 class BatchWriter:
     __slots__ = ("sock", "_raw", "chunks", "queued", "drained", "done", "closed", "_closing",
-                 "_greenlet", "_on_error", "_listed")
+                 "_greenlet", "_on_error", "_on_drained", "_listed")
 
-    def __init__(self, sock, on_error: Optional[Callable[[], None]] = None) -> None:
+    def __init__(self, sock, on_error: Optional[Callable[[], None]] = None,
+                 on_drained: Optional[Callable[[], None]] = None) -> None:
         self.sock = sock
         self._raw = sock._sock     # the non-blocking OS socket inside gevent's socket
         self.chunks: List[bytes] = []
@@ -80,6 +81,7 @@ class BatchWriter:
         self.closed = False
         self._closing = False
         self._on_error = on_error
+        self._on_drained = on_drained   # called when everything queued has been sent
         self._greenlet: Optional[gevent.Greenlet] = None
         self._listed = False
 
@@ -138,9 +140,14 @@ class BatchWriter:
                 self.drained.clear()
                 self._greenlet = gevent.spawn(self._drain)
                 return
+        self._emptied()
+
+    def _emptied(self) -> None:
         self.drained.set()
         if self._closing:
             self._shut()
+        elif self._on_drained is not None:
+            self._on_drained()
 
     def _drain(self) -> None:
         try:
@@ -154,9 +161,7 @@ class BatchWriter:
             self._fail()
             return
         self._greenlet = None
-        self.drained.set()
-        if self._closing:
-            self._shut()
+        self._emptied()
 
     def _fail(self) -> None:
         self.closed = True

@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import os
+import socket as stdsocket
 import time
 import uuid
 from typing import Any, Callable, Dict, List, Optional
@@ -18,7 +19,6 @@ from typing import Any, Callable, Dict, List, Optional
 import gevent
 import xxhash
 from gevent import socket
-from gevent.server import StreamServer
 
 from ..engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR, Reply
 from ..protocols import codec_class as load_codec
@@ -53,26 +53,43 @@ class Router:
                       for i, path in enumerate(socket_paths)]
         self.clients = 0
         self.started = time.time_ns() // 1000
-        self.servers: Dict[str, StreamServer] = {}
+        self.servers: Dict[str, Any] = {}
         self._shard_of: Dict[str, int] = {}
 
     # ------------------------------------------------------------- listening
-    def listen(self, protocol: str, listener: Any) -> None:
-        """Serve ``protocol`` on ``listener``: an address, or a bound listening
-        socket (the supervisor's, shared by every router)."""
+    def listen(self, protocol: str, fd: int) -> None:
+        """Serve ``protocol`` on the bound, listening socket ``fd`` (the
+        supervisor's, shared by every router): an io watcher accepts in the
+        event loop."""
         codec_class = load_codec(protocol)
-        options = self.options
+        options = self.options.get(protocol, {})
+        raw = stdsocket.socket(fileno=fd)
+        raw.setblocking(False)
 
-        def handle(sock, address) -> None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self.clients += 1
-            self._report_clients()
-            ClientConnection(self, sock, codec_class(**options.get(protocol, {}))).serve()
+        def accept() -> None:
+            while True:
+                try:
+                    conn, _ = raw.accept()
+                except (BlockingIOError, InterruptedError):
+                    return  # another router took it, or none is left
+                except OSError as err:
+                    log.warning("accept on %s failed: %s", protocol, err)
+                    return
+                try:
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    sock = socket.socket(conn.family, conn.type, fileno=conn.detach())
+                    client = ClientConnection(self, sock, codec_class(**options))
+                except Exception:
+                    log.exception("setting up a %s connection failed", protocol)
+                    continue
+                self.clients += 1
+                self._report_clients()
+                client.start()
 
-        server = StreamServer(listener, handle, backlog=None if isinstance(listener, socket.socket) else 1024)
-        server.start()
-        self.servers[protocol] = server
-        log.info("router %d serving %s on %s:%d", self.index, protocol, *server.address[:2])
+        watcher = gevent.get_hub().loop.io(raw.fileno(), 1)
+        watcher.start(accept)
+        self.servers[protocol] = (raw, watcher)
+        log.info("router %d serving %s on %s:%d", self.index, protocol, *raw.getsockname()[:2])
 
     def client_left(self, connection: ClientConnection) -> None:
         self.clients -= 1
@@ -86,8 +103,8 @@ class Router:
                 each.notify("clients", [self.index, self.clients])
 
     def stop(self) -> None:
-        for server in self.servers.values():
-            server.stop(timeout=1)
+        for listener, watcher in self.servers.values():
+            watcher.stop()
         for link in self.links:
             link.stop()
 
@@ -245,7 +262,7 @@ def main(argv=None) -> None:
         while not all(link.up for link in router.links):
             gevent.sleep(0.02)
     for protocol, fd in config["listen_fds"].items():
-        router.listen(protocol, socket.socket(fileno=fd))
+        router.listen(protocol, fd)
     if config.get("ready_file"):
         with open(config["ready_file"], "w") as f:
             f.write(str(os.getpid()))
