@@ -142,15 +142,18 @@ class InputBuffer:
         ``None`` while incomplete; raises :class:`LineTooLong` past ``limit``
         bytes, after which :meth:`drop_line` resynchronises.
         """
-        end = self.find(b"\n")
+        data, pos = self.data, self.pos
+        end = data.find(b"\n", pos)
         if end < 0:
-            if len(self) > limit:
+            if len(data) - pos > limit:
                 raise LineTooLong()
             return None
-        if end > limit:
+        if end - pos > limit:
             raise LineTooLong()
-        line = self.take(end + 1)
-        return line[:-2] if line.endswith(b"\r\n") else line[:-1]
+        self.pos = end + 1
+        if end > pos and data[end - 1] == 13:  # CR before the LF
+            end -= 1
+        return bytes(data[pos:end])
 
     def drop_line(self) -> bool:
         """Discard through the next ``\\n``; False if it has not arrived yet."""

@@ -148,9 +148,12 @@ def render_server(reply: Reply) -> bytes:
 
 # ------------------------------------------------------------------ parsing
 def _uint(token: bytes, high: int, message: str, low: int = 0) -> int:
-    if not _UINT.match(token):
+    if token.isdigit():  # the common case, without the regex
+        value = int(token)
+    elif _UINT.match(token):
+        value = int(token)
+    else:
         raise Invalid(message)
-    value = int(token)
     if not low <= value <= high:
         raise Invalid(message)
     return value
