@@ -19,7 +19,6 @@ from typing import Any, Callable, Iterator, List, Optional
 
 import gevent
 import msgpack
-from gevent.event import Event
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +65,7 @@ def received(sock) -> Iterator[bytes]:
 
 
 class BatchWriter:
-    __slots__ = ("sock", "_raw", "chunks", "queued", "drained", "done", "closed", "_closing",
+    __slots__ = ("sock", "_raw", "chunks", "queued", "closed", "_closing",
                  "_greenlet", "_on_error", "_on_drained", "_listed")
 
     def __init__(self, sock, on_error: Optional[Callable[[], None]] = None,
@@ -75,9 +74,6 @@ class BatchWriter:
         self._raw = sock._sock     # the non-blocking OS socket inside gevent's socket
         self.chunks: List[bytes] = []
         self.queued = 0            # bytes waiting to be sent
-        self.drained = Event()     # set while nothing waits: readers pause on it
-        self.drained.set()
-        self.done = Event()        # set once the writer has stopped for good
         self.closed = False
         self._closing = False
         self._on_error = on_error
@@ -101,10 +97,6 @@ class BatchWriter:
                 _scheduled = True
                 gevent.get_hub().loop.run_callback(_flush_pending)
 
-    @property
-    def closing(self) -> bool:
-        return self._closing
-
     def close(self) -> None:
         """Send what is queued, then shut the socket for writing (the peer sees EOF)."""
         self._closing = True
@@ -114,8 +106,6 @@ class BatchWriter:
         """Drop what is queued; the socket is the owner's to close."""
         self.closed = True
         self.chunks = []
-        self.drained.set()
-        self.done.set()
         if self._greenlet is not None:
             self._greenlet.kill(block=False)
 
@@ -137,13 +127,11 @@ class BatchWriter:
             self.queued -= sent
             if sent < len(data):
                 self.chunks.insert(0, data[sent:])
-                self.drained.clear()
                 self._greenlet = gevent.spawn(self._drain)
                 return
         self._emptied()
 
     def _emptied(self) -> None:
-        self.drained.set()
         if self._closing:
             self._shut()
         elif self._on_drained is not None:
@@ -166,8 +154,6 @@ class BatchWriter:
     def _fail(self) -> None:
         self.closed = True
         self.chunks = []
-        self.drained.set()
-        self.done.set()
         if self._on_error is not None:
             self._on_error()
 
@@ -177,7 +163,6 @@ class BatchWriter:
             self.sock.shutdown(socket.SHUT_WR)  # all queued bytes were sent
         except OSError:
             pass
-        self.done.set()
 
 
 class FrameChannel:
