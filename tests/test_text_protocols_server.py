@@ -606,18 +606,24 @@ def test_shard_down_is_answered_in_each_protocols_error_form():
 
 
 def test_a_dequeue_whose_client_left_puts_the_item_back(server):
-    name = qname("lost")
+    """When the router learns a client left before its dequeue's answer was
+    written, the item goes back to its place. (An answer written just before
+    the client's FIN arrives is gone with it: no protocol ack exists to tell.)
+    The race is retried until the router sees the close first."""
     producer = qd(server)
-    producer.call(f"USE {name}\n".encode())
-    for item in (b"first", b"second"):
-        assert producer.call(b"ENQUE " + b64(item) + b"\n") == b"OK\n"
-    gone = server.connect("queued")
-    gone.sendall(f"USE {name}\nDEQUE\n".encode())
-    gone.close()  # before the answer can arrive: the router must not lose "first"
-    deadline = time.monotonic() + 10
-    while producer.call(b"SIZE\n") != b"SIZE 2\n":
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    assert producer.call(b"DEQUE\n") == b"ITEM " + b64(b"first") + b"\n"  # at its old place
-    assert producer.call(b"DEQUE\n") == b"ITEM " + b64(b"second") + b"\n"
+    for attempt in range(30):
+        name = qname("lost")
+        producer.call(f"USE {name}\n".encode())
+        for item in (b"first", b"second"):
+            assert producer.call(b"ENQUE " + b64(item) + b"\n") == b"OK\n"
+        gone = server.connect("queued")
+        gone.sendall(f"USE {name}\nDEQUE\n".encode())
+        gone.close()
+        time.sleep(0.2)
+        if producer.call(b"SIZE\n") == b"SIZE 2\n":
+            assert producer.call(b"DEQUE\n") == b"ITEM " + b64(b"first") + b"\n"  # its old place
+            assert producer.call(b"DEQUE\n") == b"ITEM " + b64(b"second") + b"\n"
+            break
+    else:
+        raise AssertionError("no dequeue of a vanished client was ever put back")
     producer.close()
