@@ -14,7 +14,8 @@ import pytest
 
 from queueserver.server.router import shard_for
 from serverproc import ServerProcess
-from wire import SocketReader, Wire, add as workq_add, names_on_distinct_shards, new_id, qname
+from wire import (SocketReader, add as workq_add, connection_fixture, names_on_distinct_shards,
+                  new_id, qname, workq_wire)
 
 SHARDS = 3
 
@@ -112,18 +113,14 @@ def reserved_fields(reply: bytes):
     return id, priority, ttp, reply[25:end], data
 
 
-@pytest.fixture
-def gq(server):
-    w = GoWire(server.connect("goqueue"))
-    yield w
-    w.close()
+def go_wire(server) -> "GoWire":
+    return GoWire(server.connect("goqueue"))
 
 
-@pytest.fixture
-def gq2(server):
-    w = GoWire(server.connect("goqueue"))
-    yield w
-    w.close()
+gq = connection_fixture(go_wire)
+
+
+gq2 = connection_fixture(go_wire)
 
 
 # ----------------------------------------------------------------- TaskFlux
@@ -189,18 +186,14 @@ class FluxWire(SocketReader):
         return head + self.exact(struct.unpack(">i", head[1:])[0])
 
 
-@pytest.fixture
-def tf(server):
-    w = FluxWire(server.connect("taskflux"))
-    yield w
-    w.close()
+def flux_wire(server) -> "FluxWire":
+    return FluxWire(server.connect("taskflux"))
 
 
-@pytest.fixture
-def wq(server):
-    w = Wire(server.connect("workq"))
-    yield w
-    w.close()
+tf = connection_fixture(flux_wire)
+
+
+wq = connection_fixture(workq_wire)
 
 
 # ========================================================= goqueue commands

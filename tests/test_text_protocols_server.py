@@ -20,7 +20,8 @@ import pytest
 
 from queueserver.server.router import shard_for
 from serverproc import ServerProcess
-from wire import SocketReader, Wire, add, inspect_field, names_on_distinct_shards, new_id, qname
+from wire import (SocketReader, Wire, add, connection_fixture, inspect_field, names_on_distinct_shards,
+                  new_id, qname, workq_wire)
 
 PROTOCOLS = ["workq", "takeanumber", "queued"]
 SHARDS = 3
@@ -71,39 +72,19 @@ def qd(proc: ServerProcess) -> TextWire:
     return TextWire(proc.connect("queued"), b"\n")
 
 
-@pytest.fixture
-def t(server):
-    w = tan(server)
-    yield w
-    w.close()
+t = connection_fixture(tan)
 
 
-@pytest.fixture
-def t2(server):
-    w = tan(server)
-    yield w
-    w.close()
+t2 = connection_fixture(tan)
 
 
-@pytest.fixture
-def q(server):
-    w = qd(server)
-    yield w
-    w.close()
+q = connection_fixture(qd)
 
 
-@pytest.fixture
-def q2(server):
-    w = qd(server)
-    yield w
-    w.close()
+q2 = connection_fixture(qd)
 
 
-@pytest.fixture
-def wq(server):
-    w = Wire(server.connect("workq"))
-    yield w
-    w.close()
+wq = connection_fixture(workq_wire)
 
 
 def b64(data: bytes) -> bytes:

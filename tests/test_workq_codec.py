@@ -163,18 +163,11 @@ def test_lease_single_name_zero_timeout():
     assert cmd.route == BY_NAMES
 
 
-def test_complete_seed_example():
-    cmd = one(b"complete " + IDB + b" 4\r\npong\r\n")
-    assert cmd.op == "complete"
-    assert norm(cmd.args) == [ID, b"pong"]
-    assert cmd.route == BY_ID
-    assert cmd.key == ID
-
-
-def test_fail():
-    cmd = one(b"fail " + IDB + b" 4\r\noops\r\n")
-    assert cmd.op == "fail"
-    assert norm(cmd.args) == [ID, b"oops"]
+@pytest.mark.parametrize("op, result", [("complete", b"pong"), ("fail", b"oops")])
+def test_complete_seed_example_and_fail(op, result):
+    cmd = one(op.encode() + b" " + IDB + b" 4\r\n" + result + b"\r\n")
+    assert cmd.op == op
+    assert norm(cmd.args) == [ID, result]
     assert cmd.route == BY_ID
     assert cmd.key == ID
 

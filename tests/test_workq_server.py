@@ -12,7 +12,8 @@ import pytest
 
 from queueserver.server.router import shard_for
 from serverproc import ServerProcess
-from wire import Wire, add, inspect_field, names_on_distinct_shards, new_id, qname
+from wire import (Wire, add, connection_fixture, inspect_field, names_on_distinct_shards, new_id,
+                  qname, workq_wire)
 
 
 @pytest.fixture(scope="module", params=[(1, 1), (3, 1), (3, 2)],
@@ -25,18 +26,10 @@ def server(request):
     proc.stop()
 
 
-@pytest.fixture
-def wire(server):
-    w = Wire(server.connect())
-    yield w
-    w.close()
+wire = connection_fixture(workq_wire)
 
 
-@pytest.fixture
-def other(server):
-    w = Wire(server.connect())
-    yield w
-    w.close()
+other = connection_fixture(workq_wire)
 
 
 # ------------------------------------------------------------------ commands

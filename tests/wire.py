@@ -109,6 +109,22 @@ class Wire(SocketReader):
 
 
 
+def connection_fixture(make):
+    """A pytest fixture: ``make(server)`` opens a wire; the test closes nothing."""
+    import pytest
+
+    @pytest.fixture
+    def fixture(server):
+        w = make(server)
+        yield w
+        w.close()
+    return fixture
+
+
+def workq_wire(server) -> Wire:
+    return Wire(server.connect("workq"))
+
+
 def inspect_field(w: Wire, id: str, key: str) -> bytes:
     """One key of ``inspect job`` over workq."""
     reply = w.call(f"inspect job {id}\r\n".encode())
