@@ -630,10 +630,14 @@ def test_cancel_withdraws_a_parked_lease():
     assert lease(e, timeout=10_000, token="w1") is None
     assert lease(e, timeout=10_000, token="w2") is None
     assert e.execute("cancel", ("w1",), T0, "admin") == [OK, None]
+    # The withdrawn request is answered at once, so its caller can forget it.
+    assert drain(e) == [("w1", [TIMEOUT, ""])]
     add(e, "a", now=T0 + 1)
     assert [(t, r[1][0]) for t, r in drain(e)] == [("w2", "a")]
     assert lease(e, timeout=10_000, token="w3") is None
     e.execute("cancel", ("w3",), T0)
+    assert drain(e) == [("w3", [TIMEOUT, ""])]
+    e.execute("cancel", ("w3",), T0)  # twice: nothing more
     add(e, "b", now=T0 + 2)
     assert e.outbox == []
     assert size(e) == 1
@@ -783,6 +787,7 @@ def test_cancel_run_caller_removes_unfinished_job():
     e = Engine()
     run(e, "r", token="caller")
     e.execute("cancel", ("caller",), T0 + 1)
+    assert drain(e) == [("caller", [TIMEOUT, ""])]
     assert not exists(e, "r")
     assert size(e) == 0
     e.advance(T0 + 60 * SEC)
@@ -841,27 +846,30 @@ def test_unlease_hands_job_to_parked_lessee():
 
 
 # ----------------------------------------------------------------------- retry
-def test_retry_puts_ready_job_at_front_of_queue():
+def test_retry_of_ready_job_keeps_its_place_in_add_order():
     e = Engine()
     add(e, "a", max_fails=5)
     add(e, "b", max_fails=5)
     add(e, "c", max_fails=5)
     assert e.execute("retry", ("c", "q"), T0) == [OK, None]
-    assert ready_ids(e) == ["c", "a", "b"]
-    assert leased_id(lease(e)) == "c"
+    assert ready_ids(e) == ["a", "b", "c"]
+    assert job(e, "c")["fails"] == 1
 
 
-def test_retry_puts_leased_job_back_at_front_most_recent_first():
+def test_retry_puts_leased_jobs_back_at_their_original_place():
+    """As the original takeanumber did: one list in add order, RESERVE takes
+    the first unreserved item, so a retried job is ahead of later adds."""
     e = Engine()
     for id in ("a", "b", "c"):
         add(e, id, max_fails=5)
     lease(e)  # a
     lease(e)  # b
-    e.execute("retry", ("a", "q"), T0 + 1)
-    e.execute("retry", ("b", "q"), T0 + 2)
-    assert ready_ids(e) == ["b", "a", "c"]
+    e.execute("retry", ("b", "q"), T0 + 1)
+    e.execute("retry", ("a", "q"), T0 + 2)
+    assert ready_ids(e) == ["a", "b", "c"]
     info = job(e, "b")
     assert info["state"] == PENDING and info["fails"] == 1
+    assert leased_id(lease(e)) == "a"
 
 
 def test_retry_charges_budget_and_removes_job_when_none_left():
@@ -983,7 +991,7 @@ def busy_scenario():
     assert leased_id(lease(e, ["q1"], now=now)) == "a"
     assert leased_id(lease(e, ["q1"], now=now)) == "c"
     assert leased_id(lease(e, ["q1"], now=now)) == "f"
-    e.execute("retry", ("f", "q1"), now)            # back to front, attempts stay 1
+    e.execute("retry", ("f", "q1"), now)            # back at its place, attempts stay 1
     assert leased_id(lease(e, ["q2"], now=now)) == "d"
     fail(e, "d", b"err-1", now=now)                 # requeued: 1 < 2
 
@@ -991,8 +999,9 @@ def busy_scenario():
     e.advance(now)                                  # a: TTR -> PENDING
     now = T0 + 2 * SEC
     e.advance(now)                                  # c: TTR after its only attempt -> FAILED
-    # f is out of attempts: exhausted on the way, then a is leased.
     assert leased_id(lease(e, ["q1"], now=now)) == "a"
+    # f is out of attempts: exhausted on the way, so nothing is leased.
+    assert lease(e, ["q1"], now=now)[0] == TIMEOUT
     e.execute("unlease", ("a", 2), now)             # a: back to PENDING, attempts 1
     now = T0 + 3 * SEC
     e.advance(now)                                  # x: evicted while NEW

@@ -11,16 +11,29 @@ Every state change goes through :meth:`Engine.apply` as a plain event tuple
 (``("lease", id, now)``, ...). Events are deterministic and self-contained,
 so a journal of them replays into the same state (see :meth:`replay`);
 waiters are connections' business and are never journaled.
+
+Request tokens are ``(channel, request id)`` pairs chosen by the shell. A
+lease may name an ``owner`` (a connection id within the token's channel):
+jobs leased to an owner go back to ready when the shell says the owner is
+gone (:meth:`disown`), which is goqueue's close semantics.
+
+Queues cost memory, so they do not live for ever: a queue with no jobs and
+no waiters is *unused*, and one unused for ``queue_idle`` microseconds is
+removed (``advance`` does it, and ``next_deadline`` includes it). At most
+``max_queues`` queues exist; a request that would create one more first
+drops the longest-unused queue, and fails with ``Too many queues`` when
+every queue is in use.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from collections import OrderedDict
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from . import job as J
 from .job import Job
 from .jobqueue import JobQueue, digest
 from .status import (
-    CLIENT_ERROR, NOT_FOUND, NOT_FOUND_ERROR, OK, TIMEOUT, EngineError, Reply, client_error,
+    CLIENT_ERROR, NOT_FOUND, OK, TIMEOUT, EngineError, Reply, client_error, not_found, server_error,
 )
 from .timers import Timer, Timers
 
@@ -38,7 +51,7 @@ Event = Tuple[Any, ...]
 class Waiter:
     """A request parked until a job, a result or its deadline arrives."""
 
-    __slots__ = ("token", "role", "queues", "job_id", "due")
+    __slots__ = ("token", "role", "queues", "job_id", "due", "owner")
 
     kind = T_WAIT  # as an entry of the shard's timers, a waiter stands for its wait-timeout
 
@@ -48,6 +61,7 @@ class Waiter:
         self.queues: Sequence[JobQueue] = ()
         self.job_id: Optional[str] = None
         self.due: Optional[int] = None
+        self.owner: Any = None      # who a job handed to this waiter is leased to
 
 
 def lease_view(job: Job, shard: int = 0) -> list:
@@ -69,8 +83,17 @@ def inspect_view(job: Job) -> list:
 
 
 class Engine:
-    def __init__(self, journal: Optional[Callable[[Event], None]] = None, shard: int = 0) -> None:
+    def __init__(self, journal: Optional[Callable[[Event], None]] = None, shard: int = 0,
+                 max_queues: Optional[int] = None, queue_idle: Optional[int] = None) -> None:
         self.shard = shard
+        self.max_queues = max_queues    # None: no cap
+        self.queue_idle = queue_idle    # µs an unused queue is kept; None or 0: for ever
+        #: unused queues, longest unused first: name -> since when (µs)
+        self.idle: "OrderedDict[str, int]" = OrderedDict()
+        self.now = 0                    # the time of the latest request or timer run
+        #: owner -> ids of the jobs leased to it; job id -> its owner
+        self.owned: Dict[Any, Set[str]] = {}
+        self._owner_of: Dict[str, Any] = {}
         self.jobs: Dict[str, Job] = {}
         # Jobs by number, built on the first delete by number (goqueue): shards
         # that never see one pay nothing per job for it.
@@ -87,7 +110,6 @@ class Engine:
         self.evicted = 0
         self.journal = journal
         self.last_number = 0
-        self._front = 0  # decreasing schedule stamps for "back to the front"
         self._shared: Dict[int, int] = {}  # one int object per distinct TTR/TTL value
 
     # ------------------------------------------------------------------ entry
@@ -96,18 +118,26 @@ class Engine:
         handler = self._requests.get(op)
         if handler is None:
             return [CLIENT_ERROR, "Unknown command"]
+        self.now = now
         try:
             return handler(self, now, token, *args)
         except EngineError as err:
             return err.reply()
-        except TypeError:
-            return [CLIENT_ERROR, "Invalid command args"]
 
     def next_deadline(self) -> Optional[int]:
-        return self.timers.next_deadline()
+        deadline = self.timers.next_deadline()
+        if self.queue_idle and self.idle:
+            unused = self.idle[next(iter(self.idle))] + self.queue_idle
+            if deadline is None or unused < deadline:
+                deadline = unused
+        return deadline
 
     def advance(self, now: int) -> None:
-        """Fire every timer due at ``now``; replies go to the outbox."""
+        """Fire every timer due at ``now``, and drop queues unused for too
+        long; replies go to the outbox."""
+        self.now = now
+        if self.queue_idle:
+            self._drop_unused(now - self.queue_idle)
         for entry in self.timers.due(now):
             kind = entry.kind
             if kind == T_WAIT:
@@ -137,6 +167,7 @@ class Engine:
         if ttl and (sched if sched is not None else now) + ttl * MS <= now:
             raise client_error("Invalid Time")
         self._check_new(id)
+        self._admit(name)
         if unique and self._queue(name).holds(digest(payload)):
             return [OK, None]
         number = number or self.last_number + 1
@@ -147,6 +178,7 @@ class Engine:
     def _run(self, now: int, token: Any, id: str, name: str, payload: bytes, priority: int,
              ttr: int, timeout: int, number: int = 0) -> Optional[Reply]:
         self._check_new(id)
+        self._admit(name)
         waiter = Waiter(token, "run")
         waiter.job_id = id
         self._park(waiter, now, timeout)
@@ -156,15 +188,25 @@ class Engine:
                     0, 0, now, None, True))
         return None
 
-    def _lease(self, now: int, token: Any, names: Sequence[str], timeout: Optional[int]) -> Optional[Reply]:
+    def _lease(self, now: int, token: Any, names: Sequence[str], timeout: Optional[int],
+               owner: Any = None) -> Optional[Reply]:
+        """Lease the first ready job of ``names``, or wait ``timeout`` ms for
+        one (None: without limit). With an ``owner``, the lease ends when
+        :meth:`disown` says the owner is gone."""
+        for name in names:
+            self._admit(name)
         queues = [self._queue(name) for name in names]
+        if owner is not None:
+            owner = (token[0], owner)
         best = self._best(queues, now)
         if best is not None:
             self.apply(("lease", best.id, now))
+            self._own(best, owner)
             return [OK, lease_view(best, self.shard)]
         if timeout == 0:
             return [TIMEOUT, ""]
         waiter = Waiter(token, "lease")
+        waiter.owner = owner
         waiter.queues = queues
         for queue in queues:
             queue.waiters[waiter] = None
@@ -192,7 +234,8 @@ class Engine:
         return self._finish(now, token, id, result, False)
 
     def _retry(self, now: int, token: Any, id: str, name: Optional[str] = None) -> Reply:
-        """Put a job back at the front of its queue, charging its retry budget.
+        """Make a job ready again at its original place in add order (as the
+        original takeanumber did), charging its retry budget.
 
         With the budget spent, the job is removed and an error returned.
         """
@@ -213,7 +256,7 @@ class Engine:
             self.by_number = {job.number: job for job in self.jobs.values()}
         job = self.by_number.get(number)
         if job is None:
-            raise NOT_FOUND_ERROR
+            raise not_found()
         self.apply(("delete", job.id))
         return [OK, job.id]
 
@@ -230,10 +273,12 @@ class Engine:
         return None
 
     def _cancel(self, now: int, token: Any, waiting: Any) -> Reply:
-        """Withdraw the parked request ``waiting`` (its client is gone)."""
+        """Withdraw the parked request ``waiting`` (its client is gone); it is
+        answered ``TIMEOUT`` at once."""
         waiter = self.waiters.get(waiting)
         if waiter is not None:
-            self._unpark(waiter)
+            # Answered, so that the shell can forget the request.
+            self._reply(waiter, [TIMEOUT, ""])
             if waiter.role == "run":
                 job = self.jobs.get(waiter.job_id)
                 if job is not None and not job.finished:
@@ -244,7 +289,7 @@ class Engine:
         """Remove and return the first ready job: a dequeue with no acknowledgement."""
         queue = self.queues.get(name)
         if queue is None and must_exist:
-            raise NOT_FOUND_ERROR
+            raise not_found()
         best = self._best((queue,), now) if queue is not None else None
         if best is None:
             return [TIMEOUT, ""]
@@ -264,7 +309,7 @@ class Engine:
         """Ready jobs in the queue (leased and sleeping ones are not waiting in line)."""
         queue = self.queues.get(name)
         if queue is None and must_exist:
-            raise NOT_FOUND_ERROR
+            raise not_found()
         return [OK, len(queue.ready) if queue is not None else 0]
 
     def _has(self, now: int, token: Any, name: str, content_digest: bytes) -> Reply:
@@ -272,7 +317,15 @@ class Engine:
         return [OK, queue is not None and queue.holds(content_digest)]
 
     def _create_queue(self, now: int, token: Any, name: str) -> Reply:
+        self._admit(name)
         self._queue(name)
+        return [OK, None]
+
+    def _disown(self, now: int, token: Any, owner: Any) -> Reply:
+        """``owner`` is gone: every job still leased to it is ready again
+        (charged as an attempt, like an expired lease)."""
+        for id in list(self.owned.get(owner, ())):
+            self.apply(("release", id, now))
         return [OK, None]
 
     def _exists(self, now: int, token: Any, id: str) -> Reply:
@@ -285,19 +338,19 @@ class Engine:
     def _inspect_jobs(self, now: int, token: Any, name: str, offset: int, limit: int) -> Reply:
         queue = self.queues.get(name)
         if queue is None:
-            raise NOT_FOUND_ERROR
+            raise not_found()
         return [OK, [inspect_view(j) for j in queue.ready.islice(offset, offset + limit)]]
 
     def _inspect_scheduled(self, now: int, token: Any, name: str, offset: int, limit: int) -> Reply:
         queue = self.queues.get(name)
         if queue is None:
-            raise NOT_FOUND_ERROR
+            raise not_found()
         return [OK, [inspect_view(j) for j in queue.scheduled.islice(offset, offset + limit)]]
 
     def _inspect_queue(self, now: int, token: Any, name: str) -> Reply:
         queue = self.queues.get(name)
         if queue is None:
-            raise NOT_FOUND_ERROR
+            raise not_found()
         return [OK, [name, len(queue.ready), len(queue.scheduled)]]
 
     def _inspect_queues(self, now: int, token: Any, offset: int, limit: int) -> Reply:
@@ -314,7 +367,7 @@ class Engine:
     _requests: Dict[str, Callable[..., Optional[Reply]]] = {
         "add": _add, "run": _run, "lease": _lease, "unlease": _unlease,
         "complete": _complete, "fail": _fail, "retry": _retry, "delete": _delete,
-        "delete_number": _delete_number, "result": _result, "cancel": _cancel,
+        "delete_number": _delete_number, "result": _result, "cancel": _cancel, "disown": _disown,
         "take": _take, "restore": _restore, "size": _size, "has": _has, "create_queue": _create_queue,
         "exists": _exists, "inspect_job": _inspect_job, "inspect_jobs": _inspect_jobs,
         "inspect_scheduled": _inspect_scheduled, "inspect_queue": _inspect_queue,
@@ -329,15 +382,60 @@ class Engine:
     def _job(self, id: str, name: Optional[str] = None) -> Job:
         job = self.jobs.get(id)
         if job is None or (name is not None and job.name != name):
-            raise NOT_FOUND_ERROR
+            raise not_found()
         return job
 
     def _queue(self, name: str) -> JobQueue:
         queue = self.queues.get(name)
         if queue is None:
             queue = self.queues[name] = JobQueue(name)
+            self.idle[name] = self.now  # unused until a job or a waiter comes
         return queue
 
+    def _admit(self, name: str) -> None:
+        """Make room for queue ``name`` if it does not exist yet: at the cap,
+        the longest-unused queue goes; with none unused, the request fails."""
+        if self.max_queues is None or name in self.queues or len(self.queues) < self.max_queues:
+            return
+        if not self._drop_unused(None, 1):
+            raise server_error("Too many queues")
+
+    def _note_unused(self, queue: JobQueue) -> None:
+        if queue.jobs == 0 and not queue.waiters:
+            self.idle[queue.name] = self.now
+            self.idle.move_to_end(queue.name)
+
+    def _drop_unused(self, before: Optional[int], most: Optional[int] = None) -> int:
+        """Remove queues unused since ``before`` (None: any), longest unused
+        first, at most ``most``; returns how many went. An entry whose queue
+        was used again meanwhile is just dropped from the list."""
+        idle, queues = self.idle, self.queues
+        dropped = 0
+        while idle and (most is None or dropped < most):
+            name = next(iter(idle))
+            if before is not None and idle[name] > before:
+                break
+            del idle[name]
+            queue = queues.get(name)
+            if queue is not None and queue.jobs == 0 and not queue.waiters:
+                del queues[name]
+                dropped += 1
+        return dropped
+
+    def _own(self, job: Job, owner: Any) -> None:
+        if owner is not None:
+            self.owned.setdefault(owner, set()).add(job.id)
+            self._owner_of[job.id] = owner
+
+    def _unown(self, job: Job) -> None:
+        """The lease of ``job`` ended: it no longer belongs to its owner."""
+        if self._owner_of:
+            owner = self._owner_of.pop(job.id, None)
+            if owner is not None:
+                ids = self.owned[owner]
+                ids.discard(job.id)
+                if not ids:
+                    del self.owned[owner]
     def _park(self, waiter: Waiter, now: int, timeout: Optional[int]) -> None:
         self.waiters[waiter.token] = waiter
         if timeout is not None:
@@ -351,6 +449,7 @@ class Engine:
             waiter.due = None
         for queue in waiter.queues:
             queue.waiters.pop(waiter, None)
+            self._note_unused(queue)
         if waiter.job_id is not None:
             waiting = self.result_waiters.get(waiter.job_id)
             if waiting is not None:
@@ -399,6 +498,7 @@ class Engine:
                 return
             waiter = next(iter(queue.waiters))
             self.apply(("lease", job.id, now))
+            self._own(job, waiter.owner)
             self._reply(waiter, [OK, lease_view(job, self.shard)])
 
     def _deliver_result(self, job: Job) -> None:
@@ -444,6 +544,7 @@ class Engine:
                   foreground=foreground, scheduled=sched is not None)
         if len(shared) > 4096:
             shared.clear()
+        queue.jobs += 1
         self.jobs[id] = job
         if self.by_number is not None:
             self.by_number[number] = job
@@ -465,6 +566,7 @@ class Engine:
         job = Job(id, number, queue.name, payload, priority=priority, ttr=ttr,
                   max_attempts=J.UNLIMITED_ATTEMPTS, created=order[2], sched=order[1])
         job.order = tuple(order)
+        queue.jobs += 1
         self.jobs[id] = job
         if self.by_number is not None:
             self.by_number[number] = job
@@ -495,6 +597,7 @@ class Engine:
 
     def _ev_unlease(self, id, now) -> None:
         job = self.jobs[id]
+        self._unown(job)
         job.attempts -= 1
         job.state = J.NEW if job.attempts == 0 and job.fails == 0 else J.PENDING
         self.timers.cancel(job.timer)
@@ -537,19 +640,26 @@ class Engine:
         job = self.jobs[id]
         job.fails += 1
         queue = self.queues[job.name]
-        self._detach(job, queue)
-        self._front -= 1
-        job.sched = self._front
-        job.order = (job.order[0], job.sched, job.created, job.number)
+        self._detach(job, queue)  # its order is untouched: back at its place
         job.state = J.PENDING
         queue.push(job)
         self._offer(queue, now)
+
+    def _ev_release(self, id, now) -> None:
+        """A job's owner is gone: its lease ends and it is ready again."""
+        job = self.jobs[id]
+        self.timers.cancel(job.timer)
+        job.timer = None
+        self._requeue(job, now)
 
     def _ev_delete(self, id) -> None:
         job = self.jobs.pop(id)
         if self.by_number is not None:
             del self.by_number[job.number]
-        self._detach(job, self.queues[job.name])
+        queue = self.queues[job.name]
+        self._detach(job, queue)
+        queue.jobs -= 1
+        self._note_unused(queue)
         if job.due is not None:
             self.timers.cancel(job)
             job.due = None
@@ -567,10 +677,11 @@ class Engine:
     _events: Dict[str, Callable[..., None]] = {
         "add": _ev_add, "restore": _ev_restore, T_WAKE: _ev_wake, "lease": _ev_lease, "unlease": _ev_unlease,
         T_TTR: _ev_ttr, "exhaust": _ev_exhaust, "complete": _ev_complete, "fail": _ev_fail, "retry": _ev_retry,
-        "delete": _ev_delete, T_TTL: _ev_evict,
+        "delete": _ev_delete, T_TTL: _ev_evict, "release": _ev_release,
     }
 
     def _requeue(self, job: Job, now: int) -> None:
+        self._unown(job)
         job.state = J.PENDING
         queue = self.queues[job.name]
         queue.push(job)
@@ -580,6 +691,7 @@ class Engine:
         """Take ``job`` out of whatever line or timer holds it."""
         if job.state == J.LEASED:
             self.timers.cancel(job.timer)
+            self._unown(job)
         elif job.timer is not None:  # sleeping until its schedule
             self.timers.cancel(job.timer)
             queue.unsleep(job)

@@ -26,10 +26,11 @@ def digest(payload: bytes) -> bytes:
 
 
 class JobQueue:
-    __slots__ = ("name", "ready", "scheduled", "waiters", "_digests")
+    __slots__ = ("name", "ready", "scheduled", "waiters", "jobs", "_digests")
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self.jobs = 0  # jobs of this queue in any state: it may go only at 0
         self.ready: SortedKeyList = SortedKeyList(key=_by_order)
         self.scheduled: SortedKeyList = SortedKeyList(key=_by_schedule)
         # Insertion-ordered set: the first waiter is served first.

@@ -33,4 +33,11 @@ def client_error(message: str) -> EngineError:
     return EngineError(CLIENT_ERROR, message)
 
 
-NOT_FOUND_ERROR = EngineError(NOT_FOUND)
+def not_found() -> EngineError:
+    """A fresh error each time: re-raising one shared instance would chain
+    every traceback onto it and grow without bound."""
+    return EngineError(NOT_FOUND)
+
+
+def server_error(message: str) -> EngineError:
+    return EngineError(SERVER_ERROR, message)
