@@ -513,10 +513,10 @@ def run(ttr=b"1000", timeout=b"60000", flags=b"", name=b"ping", id=IDB):
 
 
 # (input, expected error message, exact): `exact` marks inputs whose extent the
-# codec can know (a valid line and, for block commands, a valid size and a
-# correct block), so exactly one reply must come out of them. The others
-# (wrong argument count or unreadable size on a block command) may leave the
-# block to be read as a line of its own.
+# codec can know (a valid line and, for block commands, a readable size), so
+# exactly one reply must come out of them. The others (an unreadable size on a
+# block command) leave the block to be read as a line of its own: the
+# decisions file resumes parsing at the next line.
 VALIDATION = {
     # --- Unknown command
     "unknown-command": (b"foo bar\r\n", "Unknown command", True),
@@ -525,20 +525,20 @@ VALIDATION = {
     "uppercase-command": (b"DELETE " + IDB + b"\r\n", "Unknown command", True),
     "inspect-unknown-object": (b"inspect foo\r\n", "Unknown command", True),
     # --- Invalid command args: wrong argument counts
-    "add-too-few": (b"add " + IDB + b" ping 1000 4\r\npong\r\n", "Invalid command args", False),
+    "add-too-few": (b"add " + IDB + b" ping 1000 4\r\npong\r\n", "Invalid command args", True),
     "add-too-many": (b"add " + IDB + b" ping 1000 60000 9 4\r\npong\r\n",
-                     "Invalid command args", False),
+                     "Invalid command args", True),
     "schedule-too-few": (b"schedule " + IDB + b" ping 1000 2000 4\r\npong\r\n",
-                         "Invalid command args", False),
-    "run-too-few": (b"run " + IDB + b" ping 1000 4\r\nping\r\n", "Invalid command args", False),
+                         "Invalid command args", True),
+    "run-too-few": (b"run " + IDB + b" ping 1000 4\r\nping\r\n", "Invalid command args", True),
     "run-too-many": (b"run " + IDB + b" ping 1000 60000 1 4\r\nping\r\n",
-                     "Invalid command args", False),
+                     "Invalid command args", True),
     "result-too-few": (b"result " + IDB + b"\r\n", "Invalid command args", True),
     "result-too-many": (b"result " + IDB + b" 1 2\r\n", "Invalid command args", True),
     "lease-no-args": (b"lease\r\n", "Invalid command args", True),
     "lease-timeout-only": (b"lease 60000\r\n", "Invalid command args", True),
     "complete-too-few": (b"complete " + IDB + b"\r\n", "Invalid command args", True),
-    "complete-too-many": (b"complete " + IDB + b" 4 4\r\npong\r\n", "Invalid command args", False),
+    "complete-too-many": (b"complete " + IDB + b" 4 4\r\npong\r\n", "Invalid command args", True),
     "fail-too-few": (b"fail " + IDB + b"\r\n", "Invalid command args", True),
     "delete-no-args": (b"delete\r\n", "Invalid command args", True),
     "delete-too-many": (b"delete " + IDB + b" " + IDB + b"\r\n", "Invalid command args", True),
@@ -927,3 +927,149 @@ def test_long_but_legal_line_decodes():
     cmd = one(line)
     assert cmd.op == "lease"
     assert norm(cmd.args) == [names, 100]
+
+
+# ====================================================== one request, one reply
+# A refused block command never lets its block be read as a command of its own
+# (decisions file, "Every protocol"): when its size can be read, the block and
+# its CRLF are skipped; when it cannot, parsing resumes at the next line.
+ONE_REPLY = {
+    "name-with-space": (b"add " + IDB + b" my queue 1000 60000 4\r\npong\r\n", "Invalid command args"),
+    "priority-space-form": (b"add " + IDB + b" ping 1000 60000 4 -priority 5\r\npong\r\n",
+                            "Invalid command args"),
+    "space-form-with-good-flag": (b"add " + IDB + b" ping 1000 60000 4 -max-fails=1 -priority 5\r\n"
+                                  b"pong\r\n", "Invalid command args"),
+    "space-form-run": (b"run " + IDB + b" ping 1000 10 4 -priority 5\r\nping\r\n",
+                       "Invalid command args"),
+    "space-form-schedule": (b"schedule " + IDB + b" ping 1 2 2016-06-14T06:46:46Z 4 -priority 1\r\n"
+                            b"pong\r\n", "Invalid command args"),
+    "block-with-crlf-inside": (b"add " + IDB + b" a b 1000 60000 6\r\nab\r\ncd\r\n",
+                               "Invalid command args"),
+    "empty-block": (b"add " + IDB + b" a b 1000 60000 0\r\n\r\n", "Invalid command args"),
+    "complete-extra-arg": (b"complete " + IDB + b" x 4\r\npong\r\n", "Invalid command args"),
+    "fail-missing-id": (b"fail 4\r\npong\r\n", "Invalid command args"),
+    "bad-flag-and-count": (b"add " + IDB + b" ping 1000 4 -k=\r\npong\r\n", "Invalid command flags"),
+    "guessed-size-mismatch": (b"add " + IDB + b" ping 1000 60000 4 2\r\npong\r\n",
+                              "Invalid command args"),
+}
+
+
+@pytest.mark.parametrize("data, message", list(ONE_REPLY.values()), ids=list(ONE_REPLY))
+def test_refused_block_command_with_readable_size_answers_once(data, message):
+    cmds = decode(data + DELETE)
+    assert [c.reply for c in cmds[:-1]] == [ce(message)]
+    assert_delete(cmds[-1])
+
+
+@pytest.mark.parametrize("data, message", list(ONE_REPLY.values()), ids=list(ONE_REPLY))
+def test_refused_block_command_byte_by_byte(data, message):
+    codec = WorkqCodec()
+    cmds = []
+    for i in range(len(data + DELETE)):
+        cmds += codec.receive((data + DELETE)[i:i + 1])
+    assert [c.reply for c in cmds[:-1]] == [ce(message)]
+    assert_delete(cmds[-1])
+
+
+UNREADABLE = {
+    # size not a number: the error, then the block line is a line of its own
+    "size-non-numeric": (b"add " + IDB + b" ping 1000 60000 abc\r\n", "Invalid payload size"),
+    "size-negative": (b"add " + IDB + b" ping 1000 60000 -1\r\n", "Invalid payload size"),
+    "wrong-count-no-number": (b"add " + IDB + b" ping 1000 60000 4x 7y\r\n", "Invalid command args"),
+    "wrong-count-only-flags": (b"add -priority 5\r\n", "Invalid command args"),
+    "wrong-count-over-max": (b"add " + IDB + b" ping 1000 1048577\r\n", "Invalid command args"),
+    "complete-no-args": (b"complete\r\n", "Invalid command args"),
+}
+
+
+@pytest.mark.parametrize("data, message", list(UNREADABLE.values()), ids=list(UNREADABLE))
+def test_refused_block_command_with_unreadable_size_resumes_at_the_next_line(data, message):
+    cmds = decode(data + DELETE)
+    assert [c.reply for c in cmds[:-1]] == [ce(message)]
+    assert_delete(cmds[-1])
+
+
+def test_add_with_non_numeric_size_reads_its_block_as_the_next_line():
+    cmds = decode(b"add " + IDB + b" ping 1000 60000 abc\r\npong\r\n" + DELETE)
+    assert [c.reply for c in cmds[:2]] == [ce("Invalid payload size"), ce("Unknown command")]
+    assert_delete(cmds[2])
+
+
+def test_wrong_count_guess_over_max_payload_is_not_skipped():
+    """A guessed size is trusted only up to max_payload: nothing is discarded."""
+    codec = WorkqCodec(max_payload=10)
+    cmds = codec.receive(b"add " + IDB + b" ping 1000 11\r\n" + DELETE)
+    assert [c.reply for c in cmds[:1]] == [ce("Invalid command args")]
+    assert_delete(cmds[1])
+
+
+# ============================================================ payload limit
+@pytest.mark.parametrize("limit", [0, 5, MAX_PAYLOAD])
+def test_max_payload_bounds_payload_and_result(limit):
+    codec = WorkqCodec(max_payload=limit)
+    block = b"x" * limit
+    size = str(limit).encode()
+    over = str(limit + 1).encode()
+    cmds = codec.receive(b"add " + IDB + b" ping 1000 60000 " + size + b"\r\n" + block + b"\r\n"
+                         + b"complete " + IDB + b" " + size + b"\r\n" + block + b"\r\n")
+    assert [c.op for c in cmds] == ["add", "complete"]
+    assert cmds[0].args[2] == block and cmds[1].args[1] == block
+    cmds = codec.receive(b"add " + IDB + b" ping 1000 60000 " + over + b"\r\n" + block + b"x\r\n"
+                         + b"fail " + IDB + b" " + over + b"\r\n" + block + b"y\r\n" + DELETE)
+    assert [c.reply for c in cmds[:2]] == [ce("Invalid payload size"), ce("Invalid result size")]
+    assert_delete(cmds[2])
+
+
+def test_max_payload_is_a_keyword_option():
+    assert WorkqCodec().max_payload == MAX_PAYLOAD
+    assert WorkqCodec(max_payload=7).max_payload == 7
+
+
+# ========================================================= reply framing
+HOSTILE = "a\r\nb c\x00\t\x7f\u2028\u00a0é"
+
+
+def lines_of(reply: bytes):
+    """A reply's CRLF-separated lines (the last CRLF ends the reply)."""
+    assert reply.endswith(b"\r\n")
+    return reply[:-2].split(b"\r\n")
+
+
+def test_lease_reply_never_breaks_its_line_with_a_hostile_name():
+    reply = render_for(LEASE)([OK, [ID, HOSTILE, b"ping", 1, 0, 1000, 1, None]])
+    header, job, payload = lines_of(reply)
+    assert header == b"+OK 1" and payload == b"ping"
+    id, name, size = job.split(b" ")
+    assert id == IDB and size == b"4"
+    assert name == "a\\x0d\\x0ab\\x20c\\x00\\x09\\x7f\\u2028\\xa0é".encode()
+
+
+def test_inspect_job_reply_keeps_its_key_count_with_a_hostile_name():
+    reply = render_for(INSPECT_JOB)([OK, job_view(name=HOSTILE)])
+    lines = lines_of(reply)
+    assert lines[0] == b"+OK 1"
+    id, count = lines[1].split(b" ")
+    assert len(lines) == 2 + int(count) == 14
+    assert all(len(line.split(b" ")) == 2 for line in lines[2:])
+
+
+def test_inspect_queues_reply_keeps_its_shape_with_hostile_and_empty_names():
+    reply = render_for(INSPECT_QUEUES)([OK, [[HOSTILE, 1, 2], ["", 0, 0], ["ok", 3, 4]]])
+    lines = lines_of(reply)
+    assert len(lines) == 1 + 3 * 3
+    heads = lines[1::3]
+    assert all(len(h.split(b" ")) == 2 and h.endswith(b" 2") for h in heads)
+    assert heads[1] == b'"" 2' and heads[2] == b"ok 2"
+    reply = render_for(INSPECT_QUEUE)([OK, [HOSTILE, 1, 2]])
+    assert len(lines_of(reply)) == 4
+
+
+# ================================================================ names
+@pytest.mark.parametrize("name", ["ping", "a.b-c_D9", "x" * 255])
+def test_seed_names_are_accepted(name):
+    assert one(add(name=name.encode())).key == name
+
+
+@pytest.mark.parametrize("raw", [b"x" * 256, b"caf\xc3\xa9", b"a\x00", b"\xff", b"a\x0bb"])
+def test_names_outside_the_seed_charset_are_refused(raw):
+    assert error_reply(b"inspect queue " + raw + b"\r\n") == ce("Invalid Name")

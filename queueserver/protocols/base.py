@@ -6,6 +6,8 @@ with the command's own ``render``. Codecs hold no sockets and read no clock.
 """
 from __future__ import annotations
 
+import re
+import unicodedata
 from abc import ABC, abstractmethod
 from typing import Any, Callable, List, Optional, Sequence
 
@@ -25,6 +27,56 @@ Render = Callable[[Reply], bytes]
 #: ``Command.new_id`` of a command whose job id the server makes (a UUIDv4):
 #: the router fills it in as the first argument.
 SERVER_ID = ""
+
+#: The one payload limit of every protocol (the decisions file's ``max_payload``).
+MAX_PAYLOAD = 1048576
+
+#: Bytes of a queue name, where a protocol's seed does not say otherwise.
+MAX_QUEUE_NAME = 255
+#: The queue-name rule in words, for error messages.
+QUEUE_NAME_RULE = "1 to 255 bytes of UTF-8, no whitespace or control characters"
+
+_PLAIN_NAME = re.compile(rb"[!-~]{1,255}")   # printable ASCII without the space
+
+
+def _unsafe(char: str) -> bool:
+    """Whitespace or a control character: either can break a reply's framing."""
+    return char.isspace() or unicodedata.category(char) == "Cc"
+
+
+def valid_queue_name(raw: bytes) -> Optional[str]:
+    """The decoded queue name, or ``None`` when ``raw`` breaks the shared rule.
+
+    One rule for every protocol whose seed is silent: 1 to 255 bytes of
+    UTF-8 with no whitespace (any Unicode whitespace) and no control
+    character, so that no reply carrying the name can break its framing.
+    Protocols with a stricter seed rule (workq, TaskFlux) check it on top.
+    """
+    if _PLAIN_NAME.fullmatch(raw):
+        return raw.decode("ascii")
+    if not 0 < len(raw) <= MAX_QUEUE_NAME:
+        return None
+    try:
+        name = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return None if any(_unsafe(c) for c in name) else name
+
+
+def name_token(name: str) -> str:
+    """``name`` as one token of a space-separated reply line.
+
+    Input checks keep bad names out, but a name may come from another
+    protocol or an older store: whitespace and control characters are
+    written as ``\\xNN`` (``\\uNNNN`` beyond Latin-1) and the empty name as
+    ``""``, so the reply keeps its shape.
+    """
+    if name.isascii() and name.isprintable() and " " not in name and name:
+        return name
+    if not name:
+        return '""'
+    return "".join((f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
+                   if _unsafe(c) else c for c in name)
 
 
 class Command:

@@ -1,4 +1,4 @@
-"""What the two newline-delimited text codecs (takeanumber, queued) share.
+"""What the newline-delimited text codecs (workq, takeanumber, queued) share.
 
 :class:`LineCodec` cuts the input into lines ending in
 ``\\n`` (a ``\\r`` before it is dropped), hands each to :meth:`decode_line`,
@@ -37,8 +37,12 @@ class LineCodec(StreamCodec):
         return self.decode_line(line)
 
     @abstractmethod
-    def decode_line(self, line: bytes) -> Command:
-        """The command one complete line (without its line ending) asks for."""
+    def decode_line(self, line: bytes) -> Optional[Command]:
+        """The command one complete line (without its line ending) asks for.
+
+        ``None`` only from a codec whose command goes on past its line
+        (workq's data blocks); that codec reads the rest itself.
+        """
 
     @abstractmethod
     def line_too_long(self) -> Command:

@@ -3,23 +3,47 @@
 Text lines ending in CRLF (a bare LF is tolerated); ``add``, ``schedule``,
 ``run``, ``complete`` and ``fail`` carry a length-prefixed block after their
 line. Error texts and validation order follow the original server as the
-decisions file records them. Unlike the original, a block whose declared size
-does not match is skipped up to the next CRLF, so pipelined commands after a
-bad one are still answered in order.
+decisions file records them.
+
+One request, one reply. Unlike the original, which lost pipelined input
+after a bad payload, a refused block command never lets its block be read
+as a command of its own:
+
+* Its size is the command's ``<payload-size>`` (``<result-size>``) argument
+  when the argument count is right. When the count is wrong (a name with a
+  space, ``-priority 5`` for ``-priority=5``, a missing argument), the size
+  is the last positional token before the first token that looks like a
+  flag (``-`` and a letter), or the last positional token when there is
+  none, provided it is a decimal number of at most ``max_payload``.
+* A readable size: the block and its CRLF are skipped and one error is
+  answered (``Invalid command args``, or ``Invalid command flags`` when a
+  ``-key=value`` flag is malformed). A declared size over ``max_payload``
+  with the right argument count is still readable: ``Invalid payload
+  size`` (``Invalid result size``) is answered and the bytes are skipped.
+* An unreadable size (not a decimal number; with a wrong count, also one
+  over ``max_payload``): one error is answered and parsing resumes at the
+  next line.
+* A block whose declared size does not match (no CRLF right after it) is
+  skipped through the first CRLF after its start and answered once.
+
+Names are checked by the shared rule (:func:`.base.valid_queue_name`) and
+the seed's charset ``[A-Za-z0-9_.-]`` on top (``Invalid Name``). Replies
+print names through :func:`.base.name_token`, so a name that came from
+another protocol cannot break a reply's lines.
 """
 from __future__ import annotations
 
 import calendar
 import re
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from ..engine import status as S
 from ..engine.status import Reply
-from .base import (ALL, BY_ID, BY_NAME, BY_NAMES, Command, InputBuffer, LineTooLong, StreamCodec,
-                   new_job)
+from .base import (ALL, BY_ID, BY_NAME, BY_NAMES, MAX_PAYLOAD, Command, InputBuffer, name_token,
+                   new_job, valid_queue_name)
+from .lines import LineCodec
 
-MAX_PAYLOAD = 1048576
 MAX_LINE = 65536
 MAX_TTR = 86400000
 MAX_TTL = 2 ** 64 - 1
@@ -27,7 +51,8 @@ MAX_WAIT = 86400000
 MAX_LIMIT = 100
 
 _UUID = re.compile(rb"\A[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z")
-_NAME = re.compile(rb"\A[a-zA-Z0-9_.-]{1,255}\Z")
+_SEED_NAME = re.compile(rb"[a-zA-Z0-9_.-]+")
+_FLAG_LIKE = re.compile(rb"-[A-Za-z]")
 _UINT = re.compile(rb"\A\+?[0-9]+\Z")
 _INT = re.compile(rb"\A[+-]?[0-9]+\Z")
 _TIME = re.compile(rb"\A(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)Z\Z")
@@ -76,7 +101,7 @@ def render_ok(reply: Reply) -> bytes:
 def render_lease(reply: Reply) -> bytes:
     if reply[0] != S.OK:
         return _error(reply)
-    id, name, payload = reply[1][0], reply[1][1], reply[1][2]
+    id, name, payload = reply[1][0], name_token(reply[1][1]), reply[1][2]
     return b"".join((b"+OK 1\r\n", f"{id} {name} {len(payload)}\r\n".encode(), payload, b"\r\n"))
 
 
@@ -95,7 +120,7 @@ def _job_block(view: list) -> bytes:
     (id, name, ttr, ttl, payload, max_attempts, attempts, max_fails, fails, priority,
      state, created, sched) = view
     lines = [
-        f"name {name}", f"ttr {ttr}", f"ttl {ttl}", f"payload-size {len(payload)}",
+        f"name {name_token(name)}", f"ttr {ttr}", f"ttl {ttl}", f"payload-size {len(payload)}",
     ]
     head = "\r\n".join(lines).encode() + b"\r\npayload " + payload + b"\r\n"
     tail = [
@@ -110,7 +135,7 @@ def _job_block(view: list) -> bytes:
 
 def _queue_block(view: list) -> bytes:
     name, ready, scheduled = view
-    return f"{name} 2\r\nready-len {ready}\r\nscheduled-len {scheduled}\r\n".encode()
+    return f"{name_token(name)} 2\r\nready-len {ready}\r\nscheduled-len {scheduled}\r\n".encode()
 
 
 def _one(block: Callable[[list], bytes]) -> Callable[[Reply], bytes]:
@@ -166,9 +191,11 @@ def _id(token: bytes) -> str:
 
 
 def _name(token: bytes) -> str:
-    if not _NAME.match(token):
+    """The shared queue-name rule, and the seed's charset on top."""
+    name = valid_queue_name(token) if _SEED_NAME.fullmatch(token) else None
+    if name is None:
         raise Invalid("Invalid Name")
-    return token.decode()
+    return name
 
 
 def _time(token: bytes) -> int:
@@ -234,81 +261,116 @@ def _offset_limit(off: bytes, lim: bytes) -> Tuple[int, int]:
     return offset, limit
 
 
-class WorkqCodec(StreamCodec):
+class _Pending(NamedTuple):
+    """A block command whose line is read and whose block is still to come.
+
+    ``error`` set: the command is refused and the block is only skipped.
+    """
+    name: bytes
+    args: List[bytes]
+    flags: Optional[Dict[bytes, bytes]]
+    size: int
+    error: Optional[str]
+
+
+def _size(token: Optional[bytes]) -> Optional[int]:
+    """A block size token as a number, or ``None`` when it is unreadable."""
+    if token is None or not _UINT.match(token):
+        return None
+    return int(token)
+
+
+def _guess_size_token(args: List[bytes]) -> Optional[bytes]:
+    """Where the size most likely is when the argument count is wrong: the
+    last positional token before the first one that looks like a flag."""
+    for i, token in enumerate(args):
+        if _FLAG_LIKE.match(token):
+            args = args[:i]
+            break
+    return args[-1] if args else None
+
+
+class WorkqCodec(LineCodec):
     """Decodes one connection's workq byte stream into :class:`Command` objects."""
 
     def __init__(self, max_payload: int = MAX_PAYLOAD, max_line: int = MAX_LINE) -> None:
-        super().__init__()
+        super().__init__(max_line)
         self.max_payload = max_payload
-        self.max_line = max_line
-        self._discard = 0            # bytes of an oversized block still to drop
-        self._resync = False         # dropping the rest of an overlong line
-        self._head: Optional[Tuple[bytes, List[bytes], Dict[bytes, bytes], int]] = None
+        self._discard = 0                        # bytes of an oversized block still to drop
+        self._pending: Optional[_Pending] = None
 
     def decode_next(self, buf: InputBuffer) -> Optional[Command]:
-        if self._discard:
-            self._discard -= buf.skip(self._discard)
-            if self._discard:
-                return None
-        if self._resync:
-            if not buf.drop_line():
-                return None
-            self._resync = False
-        if self._head is None:
-            try:
-                line = buf.line(self.max_line)
-            except LineTooLong:
-                self._resync = True
-                return Command.local(client_error("Invalid command args"))
-            if line is None:
-                return None
-            try:
-                name, args, flags = self._parse_line(line)
-            except Invalid as err:
-                return Command.local(client_error(str(err)))
-            block = _BLOCKS.get(name)
-            if block is None:
-                return self._command(name, args, flags, None)
-            count, at, size_error = block
-            try:
-                if len(args) != count:
-                    raise Invalid("Invalid command args")
-                if not _INT.match(args[at]):
-                    raise Invalid(size_error)
-                size = int(args[at])
-                if size < 0:
-                    raise Invalid(size_error)
-                if size > self.max_payload:
-                    self._discard = size + 2  # keep the stream in step: drop the block
-                    raise Invalid(size_error)
-            except Invalid as err:
-                # Malformed flags are reported first, as the original did.
-                return Command.local(client_error("Invalid command flags" if flags is None else str(err)))
-            self._head = (name, args, flags, size)
-        name, args, flags, size = self._head
+        if self._discard and not self._discarded(buf):
+            return None
+        if self._pending is None:
+            command = super().decode_next(buf)   # a line: a command, or a block's head
+            if self._pending is None:
+                return command
+        return self._block(buf)
+
+    def line_too_long(self) -> Command:
+        return Command.local(client_error("Invalid command args"))
+
+    def decode_line(self, line: bytes) -> Optional[Command]:
+        """A command, or ``None`` once a block command's line is read (its block follows)."""
+        args, flags = _split(line)
+        if not args:
+            return _refuse("Unknown command")
+        name, args = args[0], args[1:]
+        spec = _BLOCKS.get(name)
+        if spec is None:
+            return self._command(name, args, flags, None)
+        return self._block_head(name, args, flags, spec)
+
+    def _discarded(self, buf: InputBuffer) -> bool:
+        """Drop what is left of an oversized block; True once it is all gone."""
+        self._discard -= buf.skip(self._discard)
+        return not self._discard
+
+    def _block_head(self, name: bytes, args: List[bytes], flags: Optional[Dict[bytes, bytes]],
+                    spec: Tuple[int, int, str]) -> Optional[Command]:
+        """Find the size of the block that follows (see the module docstring)."""
+        count, at, size_error = spec
+        bad_flags = "Invalid command flags" if flags is None else None  # reported first
+        if len(args) == count:
+            size = _size(args[at])
+            if size is None:
+                return _refuse(bad_flags or size_error)
+            if size > self.max_payload:
+                self._discard = size + 2  # keep the stream in step: drop the block
+                return _refuse(bad_flags or size_error)
+            self._pending = _Pending(name, args, flags, size, None)
+            return None
+        message = bad_flags or "Invalid command args"
+        size = _size(_guess_size_token(args))
+        if size is None or size > self.max_payload:
+            return _refuse(message)
+        self._pending = _Pending(name, args, flags, size, message)
+        return None
+
+    def _block(self, buf: InputBuffer) -> Optional[Command]:
+        """The pending command once its block and CRLF have arrived."""
+        pending = self._pending
+        size = pending.size
         if len(buf) < size + 2:
             return None
-        self._head = None
         if buf.peek(size, size + 2) != b"\r\n":
             # Resynchronise at the first CRLF after the block's start.
             end = buf.find(b"\r\n")
             if end < 0:
-                self._head = (name, args, flags, size)
                 return None
             buf.skip(end + 2)
-            return Command.local(client_error(_BLOCKS[name][2]))
+            self._pending = None
+            return _refuse(pending.error or _BLOCKS[pending.name][2])
+        self._pending = None
         block = buf.take(size)
         buf.skip(2)
-        return self._command(name, args, flags, block)
+        if pending.error:
+            return _refuse(pending.error)
+        return self._command(pending.name, pending.args, pending.flags, block)
 
     @staticmethod
-    def _parse_line(line: bytes) -> Tuple[bytes, List[bytes], Dict[bytes, bytes]]:
-        args, flags = _split(line)
-        if not args:
-            raise Invalid("Unknown command")
-        return args[0], args[1:], flags
-
-    def _command(self, name: bytes, args: List[bytes], flags: Optional[Dict[bytes, bytes]],
+    def _command(name: bytes, args: List[bytes], flags: Optional[Dict[bytes, bytes]],
                  block: Optional[bytes]) -> Command:
         try:
             if flags is None:
@@ -320,7 +382,12 @@ class WorkqCodec(StreamCodec):
                 raise Invalid("Invalid command args")
             return build(args, flags, block)
         except Invalid as err:
-            return Command.local(client_error(str(err)))
+            return _refuse(str(err))
+
+
+def _refuse(message: str) -> Command:
+    """The codec's own ``-CLIENT-ERROR`` answer."""
+    return Command.local(client_error(message))
 
 
 # ----------------------------------------------------------------- builders
