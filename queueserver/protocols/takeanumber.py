@@ -7,34 +7,46 @@ server-made UUIDv4 strings.
 
 Where the seed and the decisions file are silent (recorded for the docs):
 
-* Tokens are separated by spaces; leading, trailing and repeated spaces are
-  ignored, except after ``ADD``: its name, retries and body are separated by
-  exactly one space each and the body is the rest of the line, byte for byte
-  (so ``ADD q 1 \\r\\n`` has an empty body, as the seed says). Only the space
-  separates: ``LEN\\tq`` is no command.
+* Trailing spaces and tabs of a line are stripped before it is parsed (the
+  original trimmed its lines), so a body of only spaces or tabs is an empty
+  body: ``ADD q 1 \\r\\n`` and ``ADD q 1\\r\\n`` both answer
+  ``-ERR No body provided.`` (the seed's example).
+* Tokens are separated by spaces; leading and repeated spaces are ignored,
+  except after ``ADD``: its name, retries and body are separated by exactly
+  one space each and the body is the rest of the line, byte for byte but
+  for the trailing spaces and tabs. Only the space separates: ``LEN\\tq`` is
+  no command.
 * ``LEN``/``RESERVE`` need exactly one argument and ``RETRY``/``DONE``
   exactly two, else ``-ERR Missing <CMD> parameters.`` (the original's
   texts, also for too many arguments). ``CLOSE`` ignores arguments.
 * ``retries`` is a signed decimal integer; a negative count means 0, and
   counts above 2**31-1 are capped there; anything else (or a value beyond
   64 bits) is ``-ERR Invalid number of retries.``
-* A queue name must be UTF-8: ``ADD`` to any other name answers
-  ``-ERR Invalid queue name.``; ``LEN``/``RESERVE``/``RETRY``/``DONE`` on one
-  answer as for an empty queue (``:0``, ``:-1``, ``-ERR No such Id.``).
-* A line longer than ``max_line`` (1 MiB + 1 KiB) answers
-  ``-ERR Line too long.`` and is skipped up to its newline.
+* A queue name follows the shared rule (:func:`.base.valid_queue_name`:
+  1 to 255 bytes of UTF-8, no whitespace or control characters); any other
+  name answers ``-ERR Invalid queue name.`` on every command.
+* An ``ADD`` body longer than ``max_payload`` (1 MiB) answers
+  ``-ERR Body too large.``; a line longer than ``max_payload`` + 1 KiB
+  answers ``-ERR Line too long.`` and is skipped up to its newline.
+* RESERVE on an empty queue answers ``:-1`` (the seed); with
+  ``empty_reserve_error`` it answers the original server's
+  ``-ERR No items available to reserve.``, which the original Python client
+  needs (it fails on ``:-1``).
 * Nothing pipelined after ``CLOSE`` is executed.
 """
 from __future__ import annotations
 
 import re
+from functools import partial
+from typing import Optional
 
 from ..engine import status as S
 from ..engine.status import Reply
-from .base import BY_NAME, Command, new_job
+from .base import BY_NAME, MAX_PAYLOAD, Command, new_job, valid_queue_name
 from .lines import LineCodec, utf8
 
-MAX_LINE = 1048576 + 1024
+LINE_SLACK = 1024                 # a line's bytes besides an ADD body
+MAX_LINE = MAX_PAYLOAD + LINE_SLACK
 MAX_RETRIES = 2 ** 31 - 1
 
 _INT = re.compile(rb"\A[+-]?[0-9]+\Z")
@@ -53,6 +65,8 @@ NO_BODY = error("No body provided.")
 BAD_RETRIES = error("Invalid number of retries.")
 BAD_NAME = error("Invalid queue name.")
 LINE_TOO_LONG = error("Line too long.")
+BODY_TOO_LARGE = error("Body too large.")
+NO_ITEMS = error("No items available to reserve.")   # the original's empty RESERVE
 
 
 def _missing(command: str) -> Command:
@@ -81,8 +95,10 @@ def render_add(reply: Reply) -> bytes:
     return b"+" + reply[1][0].encode() + b"\r\n"
 
 
-def render_reserve(reply: Reply) -> bytes:
-    """``lease`` -> ``+<id> <body>``, or ``:-1`` when the queue is empty."""
+def render_reserve(reply: Reply, empty: bytes = EMPTY_REPLY) -> bytes:
+    """``lease`` -> ``+<id> <body>``, or ``empty`` (``:-1``) when the queue is empty."""
+    if reply[0] == S.TIMEOUT:
+        return empty
     if reply[0] != S.OK:
         return _error(reply)
     view = reply[1]
@@ -100,17 +116,24 @@ class TakeANumberCodec(LineCodec):
 
     ``reservation_timeout`` (ms) returns a reserved job to its queue when it
     is neither retried nor done in time; 0 (the default) never does.
+    ``empty_reserve_error`` answers RESERVE on an empty queue as the
+    original server did, for clients written against it. ``max_line``
+    defaults to ``max_payload`` plus the rest of an ADD line.
     """
 
-    def __init__(self, reservation_timeout: int = 0, max_line: int = MAX_LINE) -> None:
-        super().__init__(max_line)
+    def __init__(self, reservation_timeout: int = 0, max_line: Optional[int] = None, *,
+                 max_payload: int = MAX_PAYLOAD, empty_reserve_error: bool = False) -> None:
+        super().__init__(max_payload + LINE_SLACK if max_line is None else max_line)
         self.reservation_timeout = max(0, int(reservation_timeout or 0))
+        self.max_payload = max_payload
+        self._render_reserve = (partial(render_reserve, empty=NO_ITEMS) if empty_reserve_error
+                                else render_reserve)
 
     def line_too_long(self) -> Command:
         return Command.local(LINE_TOO_LONG)
 
     def decode_line(self, line: bytes) -> Command:
-        line = line.lstrip(b" ")
+        line = line.rstrip(b" \t").lstrip(b" ")
         head, _, rest = line.partition(b" ")
         if head == b"ADD":
             return self._add(rest)
@@ -119,19 +142,19 @@ class TakeANumberCodec(LineCodec):
         if command == b"LEN" or command == b"RESERVE":
             if len(args) != 2:
                 return _missing(command.decode())
-            name = utf8(args[1])
-            if command == b"LEN":
-                if name is None:
-                    return Command.local(b":0\r\n")
-                return Command("size", (name,), BY_NAME, name, render_len)
+            name = valid_queue_name(args[1])
             if name is None:
-                return Command.local(EMPTY_REPLY)
-            return Command("lease", ([name], 0), BY_NAME, name, render_reserve)
+                return Command.local(BAD_NAME)
+            if command == b"LEN":
+                return Command("size", (name,), BY_NAME, name, render_len)
+            return Command("lease", ([name], 0), BY_NAME, name, self._render_reserve)
         if command == b"RETRY" or command == b"DONE":
             if len(args) != 3:
                 return _missing(command.decode())
-            name, id = utf8(args[1]), utf8(args[2])
-            if name is None or id is None:
+            name, id = valid_queue_name(args[1]), utf8(args[2])
+            if name is None:
+                return Command.local(BAD_NAME)
+            if id is None:
                 return Command.local(NO_SUCH_ID)
             op = "retry" if command == b"RETRY" else "delete"
             return Command(op, (id, name), BY_NAME, name, render_ok)
@@ -141,9 +164,9 @@ class TakeANumberCodec(LineCodec):
 
     def _add(self, rest: bytes) -> Command:
         parts = rest.split(b" ", 2)
-        if len(parts) < 3 or not parts[0]:
+        if len(parts) < 2 or not parts[0]:
             return _missing("ADD")
-        raw_name, raw_retries, body = parts
+        raw_name, raw_retries, body = parts if len(parts) == 3 else (*parts, b"")
         if not _INT.match(raw_retries):
             return Command.local(BAD_RETRIES)
         retries = int(raw_retries)
@@ -152,7 +175,9 @@ class TakeANumberCodec(LineCodec):
         retries = min(max(retries, 0), MAX_RETRIES)
         if not body:
             return Command.local(NO_BODY)
-        name = utf8(raw_name)
+        name = valid_queue_name(raw_name)
         if name is None:
             return Command.local(BAD_NAME)
+        if len(body) > self.max_payload:
+            return Command.local(BODY_TOO_LARGE)
         return new_job(name, body, render_add, ttr=self.reservation_timeout, max_fails=retries)
