@@ -318,3 +318,49 @@ def test_render_functions_directly():
     for render in (render_ok, render_item, render_has, render_size):
         assert render([SERVER_ERROR, "Internal error"]) == err(b"Internal error")
         assert render([SERVER_ERROR, ""]) == err(b"internal error")
+
+
+# ------------------------------------------------------------ queue names
+@pytest.mark.parametrize("raw", [b"a\x00b", b"del\x7f", b"\x1b[31m", "a\u2028b".encode(), "a\u3000b".encode(),
+                                 b"x" * 256, b"q\xc3"])
+def test_use_refuses_names_breaking_the_shared_rule(raw):
+    codec = QueuedCodec()
+    cmds = codec.receive(b"USE jobs\nUSE " + raw + b"\nSIZE\n")
+    assert shape(cmds[1]) == ("local", err(b"bad line '" + raw[:64] + (b"..." if len(raw) > 64 else b"")
+                                             + b"'"), False)
+    assert cmds[2].key == "jobs" and codec.queue == "jobs"
+
+
+@pytest.mark.parametrize("name", ["x" * 255, "ü" * 127, "a.b/c:d", "😀"])
+def test_use_accepts_names_up_to_255_bytes(name):
+    assert one(b"USE " + name.encode() + b"\n").key == name
+
+
+def test_a_mebibyte_name_is_refused_and_not_echoed():
+    reply = local(b"USE " + b"n" * 1048576 + b"\n")
+    assert reply == err(b"bad line '" + b"n" * 64 + b"...'")
+
+
+def test_bad_line_echo_is_bounded():
+    assert local(b"ENQUE " + b"!" * 100 + b"\n") == err(b"bad line '" + b"!" * 64 + b"...'")
+    assert local(b"ENQUE " + b"!" * 64 + b"\n") == err(b"bad line '" + b"!" * 64 + b"'")
+
+
+# ---------------------------------------------------------- payload limit
+@pytest.mark.parametrize("limit", [1, 4, 1048576])
+def test_item_at_max_payload_accepted_one_more_refused(limit):
+    codec = QueuedCodec(max_payload=limit)
+    assert codec.max_line >= len(b"ENQUE " + b64(b"x" * (limit + 1)))
+    cmds = codec.receive(b"ENQUE " + b64(b"x" * limit) + b"\nENQUE " + b64(b"y" * (limit + 1))
+                         + b"\nSIZE\n")
+    assert cmds[0].op == "add" and cmds[0].args[2] == b"x" * limit
+    assert [shape(c) for c in cmds[1:]] == [("local", err(b"item too large"), False),
+                                            ("size", ["default"], BY_NAME, "default", None)]
+
+
+def test_line_limit_is_derived_from_max_payload():
+    assert QueuedCodec().max_line == MAX_LINE == 4 * ((1048576 + 2) // 3) + 1024
+    assert QueuedCodec(max_payload=3).max_line == 4 + 1024
+    cmds = QueuedCodec(max_payload=3).receive(b"ENQUE " + b"A" * 1100 + b"\nSIZE\n")
+    assert [shape(c) for c in cmds] == [("local", err(b"line too long"), False),
+                                        ("size", ["default"], BY_NAME, "default", None)]

@@ -17,10 +17,16 @@ Where the seed and the decisions file are silent (recorded for the docs):
 * ``DEQUE`` followed by data is ``recieved msg data when none was expected``
   and ``USE`` with a blank name ``Must supply a (non-blank) queue name``
   (both the original's texts); ``SIZE`` ignores data.
-* A queue name is the trimmed argument of ``USE``; one that is not UTF-8 or
-  contains whitespace is ``bad line '<name>'`` and the queue stays as it was.
-* A line longer than ``max_line`` (base64 of 1 MiB plus 1 KiB) answers
-  ``ERROR <b64("line too long")>`` and is skipped up to its newline.
+* A queue name is the trimmed argument of ``USE`` and follows the shared
+  rule (:func:`.base.valid_queue_name`: 1 to 255 bytes of UTF-8, no
+  whitespace or control characters); any other is ``bad line '<name>'`` and
+  the queue stays as it was.
+* ``bad line '<arg>'`` echoes at most 64 bytes of its argument (then
+  ``...``), so a huge argument is not sent back.
+* An ``ENQUE`` item longer than ``max_payload`` (1 MiB) once decoded is
+  ``item too large``. A line longer than ``max_line`` (base64 of
+  ``max_payload`` plus 1 KiB) answers ``ERROR <b64("line too long")>`` and
+  is skipped up to its newline.
 """
 from __future__ import annotations
 
@@ -30,10 +36,17 @@ from typing import Optional
 
 from ..engine import status as S
 from ..engine.status import Reply
-from .base import BY_NAME, Command, new_job
-from .lines import LineCodec, utf8
+from .base import BY_NAME, MAX_PAYLOAD, Command, new_job, valid_queue_name
+from .lines import LineCodec
 
-MAX_LINE = 4 * ((1048576 + 2) // 3) + 1024
+
+def line_limit(max_payload: int) -> int:
+    """The longest line: an ENQUE of ``max_payload`` bytes in base64, and 1 KiB."""
+    return 4 * ((max_payload + 2) // 3) + 1024
+
+
+MAX_LINE = line_limit(MAX_PAYLOAD)
+MAX_ECHO = 64             # bytes of a bad argument sent back in an error
 DEFAULT_QUEUE = "default"
 HASH_SIZE = 32
 
@@ -47,9 +60,13 @@ TRUE_REPLY = b"TRUE\n"
 FALSE_REPLY = b"FALSE\n"
 QUEUE_EMPTY = error(b"queue is empty")   # b"ERROR cXVldWUgaXMgZW1wdHk=\n"
 LINE_TOO_LONG = error(b"line too long")
+ITEM_TOO_LARGE = error(b"item too large")
 
 
 def _bad_line(arg: bytes) -> Command:
+    """The original's ``bad line '<arg>'``, echoing at most ``MAX_ECHO`` bytes."""
+    if len(arg) > MAX_ECHO:
+        arg = arg[:MAX_ECHO] + b"..."
     return Command.local(error(b"bad line '" + arg + b"'"))
 
 
@@ -95,11 +112,14 @@ class QueuedCodec(LineCodec):
     """Decodes one connection's queued byte stream into :class:`Command` objects.
 
     Without ``allow_dups`` (the default) an ENQUE of an item the queue
-    already holds is dropped and still answered ``OK``.
+    already holds is dropped and still answered ``OK``. ``max_line``
+    defaults to what an item of ``max_payload`` bytes needs.
     """
 
-    def __init__(self, allow_dups: bool = False, max_line: int = MAX_LINE) -> None:
-        super().__init__(max_line)
+    def __init__(self, allow_dups: bool = False, max_line: Optional[int] = None, *,
+                 max_payload: int = MAX_PAYLOAD) -> None:
+        super().__init__(line_limit(max_payload) if max_line is None else max_line)
+        self.max_payload = max_payload
         self.unique = not allow_dups
         self.queue = DEFAULT_QUEUE
 
@@ -123,6 +143,8 @@ class QueuedCodec(LineCodec):
                     message = f"Expected a hash of size {HASH_SIZE} got {len(item)}"
                     return Command.local(error(message.encode()))
                 return Command("has", (name, item), BY_NAME, name, render_has)
+            if len(item) > self.max_payload:
+                return Command.local(ITEM_TOO_LARGE)
             return new_job(name, item, render_ok, unique=self.unique)
         if command == b"DEQUE":
             if data is not None:
@@ -140,8 +162,8 @@ class QueuedCodec(LineCodec):
         raw = data.strip()
         if not raw:
             return Command.local(error(b"Must supply a (non-blank) queue name"))
-        name = utf8(raw)
-        if name is None or any(c.isspace() for c in name):
+        name = valid_queue_name(raw)
+        if name is None:
             return _bad_line(raw)
         self.queue = name
         return Command("create_queue", (name,), BY_NAME, name, render_ok)
