@@ -11,10 +11,12 @@ from queueserver.engine.job import UNLIMITED_ATTEMPTS
 from queueserver.engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR, TIMEOUT
 from queueserver.protocols import codec_class
 from queueserver.protocols import ordering
-from queueserver.protocols.base import BY_NAME, BY_NUMBER, LOCAL, SERVER_ID
+from queueserver.protocols.base import BY_NAME, BY_NUMBER, LOCAL, MAX_PAYLOAD, SERVER_ID
 from queueserver.protocols.goqueue import (
-    MAX_DATA, MAX_NAME, GoqueueCodec, render_added, render_deleted, render_reserved,
+    MAX_NAME, GoqueueCodec, render_added, render_deleted, render_reserved,
 )
+
+INVALID_NAME = "Invalid queue name: 1 to 255 bytes of UTF-8, no whitespace or control characters"
 
 
 # ------------------------------------------------------------------ helpers
@@ -121,20 +123,48 @@ def test_add_with_a_utf8_queue_name_and_binary_data():
 def test_add_with_invalid_utf8_name_is_skipped_and_the_stream_continues():
     codec = GoqueueCodec()
     cmds = codec.receive(add(b"\xff\xfe") + CONNECT)
-    assert [c.reply for c in cmds] == [
-        err("Malformed ADD command: queue name is not valid UTF-8"), b"OK\0"]
+    assert [c.reply for c in cmds] == [err(INVALID_NAME), b"OK\0"]
     assert not cmds[0].close
 
 
+BAD_NAMES = [b"\xff\xfe", b"n" * 256, b"a b", b"a\tb", b"a\r\nb", b"\x7f", b"\x01", "a\u00a0b".encode(),
+             "a\u2029b".encode(), b"n" * MAX_NAME]
+
+
+@pytest.mark.parametrize("raw", BAD_NAMES, ids=range(len(BAD_NAMES)))
+def test_invalid_names_are_refused_and_the_whole_request_consumed(raw):
+    codec = GoqueueCodec()
+    data = bytes(range(256)) + b"ADD\0q\0RESERVE\0"   # data that looks like requests
+    cmds = codec.receive(add(raw, data=data) + reserve(raw, 5) + CONNECT)
+    assert [c.reply for c in cmds] == [err(INVALID_NAME), err(INVALID_NAME), b"OK\0"]
+    assert not any(c.close for c in cmds)
+
+
+@pytest.mark.parametrize("raw", BAD_NAMES[:4], ids=range(4))
+def test_invalid_names_byte_by_byte(raw):
+    codec = GoqueueCodec()
+    stream = add(raw, data=b"x\0y") + reserve(raw, 5) + CONNECT
+    cmds = []
+    for i in range(len(stream)):
+        cmds += codec.receive(stream[i:i + 1])
+    assert [c.reply for c in cmds] == [err(INVALID_NAME), err(INVALID_NAME), b"OK\0"]
+
+
+@pytest.mark.parametrize("name", ["n" * 255, "é" * 127, "a/b:c!", "😀"])
+def test_names_up_to_255_bytes_are_accepted(name):
+    assert one(add(name)).key == name
+    assert one(reserve(name)).key == name
+
+
 def test_add_data_at_the_limit_is_accepted():
-    data = b"x" * MAX_DATA
+    data = b"x" * MAX_PAYLOAD
     cmd = one(add(data=data))
     assert cmd.op == "add" and cmd.args[2] == data
 
 
 def test_add_data_over_the_limit_errors_then_closes():
     codec = GoqueueCodec()
-    head = s("ADD") + s("q") + u32(0) + u32(0) + u32(MAX_DATA + 1)
+    head = s("ADD") + s("q") + u32(0) + u32(0) + u32(MAX_PAYLOAD + 1)
     cmds = codec.receive(head)  # rejected from the header alone
     assert len(cmds) == 1
     assert cmds[0].reply == err("Malformed ADD command: job data longer than 1048576 bytes")
@@ -142,9 +172,9 @@ def test_add_data_over_the_limit_errors_then_closes():
     assert codec.receive(CONNECT) == []  # nothing after a fatal error
 
 
-def test_queue_name_at_the_limit_is_accepted():
-    name = "n" * MAX_NAME
-    assert one(add(name)).key == name
+def test_queue_name_at_the_scan_limit_is_refused_without_closing():
+    cmd = one(add("n" * MAX_NAME))
+    assert cmd.reply == err(INVALID_NAME) and not cmd.close
 
 
 def test_queue_name_over_the_limit_errors_then_closes():
@@ -157,13 +187,21 @@ def test_queue_name_over_the_limit_errors_then_closes():
 
 
 def test_limits_are_configurable():
-    codec = GoqueueCodec(max_name=4, max_data=8)
+    codec = GoqueueCodec(max_name=4, max_payload=8)
     cmds = codec.receive(add("abcd", data=b"8 bytes!") + add("abcde"))
     assert cmds[0].op == "add"
     assert cmds[1].close and cmds[1].reply == err("Malformed ADD command: queue name longer than 4 bytes")
-    codec = GoqueueCodec(max_data=8)
+    codec = GoqueueCodec(max_payload=8)
     cmd = one(add(data=b"9 bytes!!"), codec)
     assert cmd.close and cmd.reply == err("Malformed ADD command: job data longer than 8 bytes")
+
+
+@pytest.mark.parametrize("limit", [0, 3, MAX_PAYLOAD])
+def test_data_at_max_payload_accepted_one_more_fatal(limit):
+    codec = GoqueueCodec(max_payload=limit)
+    assert one(add(data=b"x" * limit), codec).args[2] == b"x" * limit
+    cmd = one(add(data=b"x" * (limit + 1)), codec)
+    assert cmd.close and cmd.reply == err(f"Malformed ADD command: job data longer than {limit} bytes")
 
 
 # ------------------------------------------------------------------- DELETE
@@ -198,15 +236,14 @@ def test_reserve_timeout_is_in_seconds():
     assert one(reserve("q", 2 ** 32 - 1)).args[1] == (2 ** 32 - 1) * 1000
 
 
-def test_reserve_of_the_empty_name_is_a_plain_lease():
-    cmd = one(reserve("", 1))
-    assert cmd.op == "lease" and cmd.args[0] == [""]
+def test_reserve_of_the_empty_name_is_an_invalid_name():
+    cmds = GoqueueCodec().receive(reserve("", 1) + CONNECT)
+    assert [c.reply for c in cmds] == [err(INVALID_NAME), b"OK\0"]
 
 
 def test_reserve_with_invalid_utf8_name():
     cmds = GoqueueCodec().receive(reserve(b"\xc3", 1) + CONNECT)
-    assert [c.reply for c in cmds] == [
-        err("Malformed RESERVE command: queue name is not valid UTF-8"), b"OK\0"]
+    assert [c.reply for c in cmds] == [err(INVALID_NAME), b"OK\0"]
 
 
 def test_reserve_over_long_name_closes():
@@ -363,7 +400,7 @@ def test_errors_then_resync():
     cmds = codec.receive(stream)
     assert [c.reply for c in cmds[:4]] == [
         err("Unknown Command BAD"), err("Error adding new job to queue "),
-        err("Malformed ADD command: queue name is not valid UTF-8"), err("Unknown Command ALSOBAD")]
+        err(INVALID_NAME), err("Unknown Command ALSOBAD")]
     assert cmds[4].op == "add" and cmds[4].key == "ok"
     assert cmds[5].reply == b"OK\0"
     assert not any(c.close for c in cmds)

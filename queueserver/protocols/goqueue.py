@@ -20,9 +20,10 @@ Mapping onto the shared store:
 * ``<ttp>`` seconds become the lease's TTR: a reserved job not deleted in
   time returns to ready (0: never), as often as it happens (no attempt
   limit). RESERVED shows ``ttr_ms // 1000``. Jobs never expire (no TTL).
-* RESERVE ``<timeout>`` is in seconds; 0 waits without limit. RESERVE of
-  the empty name is an ordinary reserve (TaskFlux's always-present queue
-  ``""`` is shared), although ADD refuses it as the original did.
+* RESERVE ``<timeout>`` is in seconds; 0 waits without limit.
+* A queue name follows the shared rule (:func:`.base.valid_queue_name`:
+  1 to 255 bytes of UTF-8, no whitespace or control characters), so neither
+  ADD nor RESERVE reaches TaskFlux's always-present queue ``""``.
 
 Every error is ``ERROR\\0<message>\\0``. Messages:
 
@@ -34,11 +35,14 @@ Every error is ``ERROR\\0<message>\\0``. Messages:
   64 bytes; closes the connection.
 * ``Error adding new job to queue <queue>``: ADD with an empty queue name
   (the original's text), or an ADD the store refused.
-* ``Malformed ADD command: queue name is not valid UTF-8`` (likewise for
-  RESERVE); the request is skipped, the connection stays usable.
+* ``Invalid queue name: 1 to 255 bytes of UTF-8, no whitespace or control
+  characters``: any other name breaking the rule (RESERVE of the empty name
+  too). The whole request (ADD's fixed fields and data included) is
+  consumed and the connection stays usable.
 * ``Malformed ADD command: queue name longer than 65536 bytes`` (likewise for
-  RESERVE) and ``Malformed ADD command: job data longer than 1048576 bytes``:
-  the connection is closed after the error.
+  RESERVE: no NUL within 65536 bytes) and ``Malformed ADD command: job data
+  longer than <max_payload> bytes`` (1048576 by default): the framing is
+  lost, the connection is closed after the error.
 * ``Job <id> already deleted``: DELETE of an id that does not exist.
 * A server-side failure (a shard down) answers ``ERROR\\0<its message>\\0``.
 
@@ -55,11 +59,13 @@ from typing import Optional
 from ..engine import status as S
 from ..engine.status import Reply
 from . import ordering
-from .base import BY_NAME, BY_NUMBER, Command, InputBuffer, StreamCodec, new_job
+from .base import (BY_NAME, BY_NUMBER, MAX_PAYLOAD, QUEUE_NAME_RULE, Command, InputBuffer,
+                   StreamCodec, new_job, valid_queue_name)
 
 MAX_WORD = 64             # a command word longer than this is not one
-MAX_NAME = 65536          # bytes of a queue name, without its NUL
-MAX_DATA = 1048576        # bytes of a job's data
+MAX_NAME = 65536          # bytes scanned for a queue name's NUL before the framing is lost
+
+INVALID_NAME = "Invalid queue name: " + QUEUE_NAME_RULE
 
 _WORD = re.compile(rb"\A[A-Z]+\Z")
 _U32 = struct.Struct("<I")
@@ -131,13 +137,18 @@ class GoqueueCodec(StreamCodec):
     """Decodes one connection's goqueue byte stream into :class:`Command` objects.
 
     The decoder is incremental: a request split over any number of reads is
-    decoded once it is whole, and no byte is scanned twice.
+    decoded once it is whole, and no byte is scanned twice. A reservation
+    belongs to its connection: when the connection closes, the jobs it still
+    holds are ready again (with TTP 0 nothing else would ever free them).
     """
 
-    def __init__(self, max_name: int = MAX_NAME, max_data: int = MAX_DATA, **options) -> None:
+    leases_end_with_connection = True
+
+    def __init__(self, max_name: int = MAX_NAME, *, max_payload: int = MAX_PAYLOAD,
+                 **options) -> None:
         super().__init__()
         self.max_name = max_name
-        self.max_data = max_data
+        self.max_payload = max_payload
         self._word: Optional[bytes] = None   # the request being decoded
         self._name: Optional[bytes] = None   # its queue name, once read
         self._scanned = 0                    # bytes already searched for a NUL
@@ -202,28 +213,28 @@ class GoqueueCodec(StreamCodec):
             return self._add(buf)
         return self._reserve(buf)
 
-    def _queue(self) -> Optional[str]:
-        try:
-            return self._name.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
+    def _done(self) -> bytes:
+        """The request is consumed: its raw queue name, and ready for the next one."""
+        raw = self._name
+        self._word = self._name = None
+        return raw
 
     def _add(self, buf: InputBuffer) -> Optional[Command]:
         if len(buf) < _ADD_FIXED.size:
             return None
         priority, ttp, size = _ADD_FIXED.unpack(buf.peek(0, _ADD_FIXED.size))
-        if size > self.max_data:
-            raise _Fatal(f"Malformed ADD command: job data longer than {self.max_data} bytes")
+        if size > self.max_payload:
+            raise _Fatal(f"Malformed ADD command: job data longer than {self.max_payload} bytes")
         if len(buf) < _ADD_FIXED.size + size:
             return None
         buf.skip(_ADD_FIXED.size)
         payload = buf.take(size)
-        name = self._queue()
-        self._word = self._name = None
+        raw = self._done()
+        if not raw:
+            return Command.local(error("Error adding new job to queue "))
+        name = valid_queue_name(raw)
         if name is None:
-            return Command.local(error("Malformed ADD command: queue name is not valid UTF-8"))
-        if not name:
-            return Command.local(error(f"Error adding new job to queue {name}"))
+            return Command.local(error(INVALID_NAME))
         return new_job(name, payload, partial(render_added, name=name),
                        priority=ordering.from_goqueue(priority), ttr=ttp * 1000)
 
@@ -231,9 +242,8 @@ class GoqueueCodec(StreamCodec):
         if len(buf) < 4:
             return None
         (timeout,) = _U32.unpack(buf.take(4))
-        name = self._queue()
-        self._word = self._name = None
+        name = valid_queue_name(self._done())
         if name is None:
-            return Command.local(error("Malformed RESERVE command: queue name is not valid UTF-8"))
+            return Command.local(error(INVALID_NAME))
         return Command("lease", ([name], timeout * 1000 if timeout else None), BY_NAME, name,
                        render_reserved)
