@@ -245,12 +245,30 @@ def test_oversized_length_errors_then_closes():
     assert codec.receive(count()) == []
 
 
-def test_body_at_the_limit_is_accepted():
+def test_body_at_the_limit_is_read():
+    """A packet of exactly the limit keeps the framing; its data is over max_payload."""
     data = b"x" * (MAX_BODY - 1 - 5 - 8 - 4)
     stream = enqueue("q", 1, data)
     assert len(stream) == 5 + MAX_BODY
-    cmd = one(stream)
-    assert cmd.op == "add" and cmd.args[2] == data
+    cmds = TaskFluxCodec().receive(stream + count("q"))
+    assert cmds[0].reply == business(0, "Data too large: at most 1048576 bytes")
+    assert not cmds[0].close and cmds[1].op == "size"
+
+
+@pytest.mark.parametrize("limit", [0, 5, 1048576])
+def test_data_at_max_payload_accepted_one_more_refused(limit):
+    codec = TaskFluxCodec(max_payload=limit)
+    assert codec.max_body == limit + 65536
+    cmds = codec.receive(enqueue("q", 1, b"x" * limit) + enqueue("q", 1, b"x" * (limit + 1)) + count("q"))
+    assert cmds[0].op == "add" and cmds[0].args[2] == b"x" * limit
+    assert cmds[1].route == LOCAL and not cmds[1].close
+    assert cmds[1].reply == business(0, f"Data too large: at most {limit} bytes")
+    assert cmds[2].op == "size"
+
+
+def test_invalid_name_is_reported_before_oversized_data():
+    cmd = one(enqueue("a b", 1, b"xx"), TaskFluxCodec(max_payload=1))
+    assert cmd.reply == INVALID_NAME
 
 
 def test_limit_is_configurable():

@@ -24,8 +24,12 @@ always exists.
 Business errors are a response body ``'E' Byte(type) String(message)``:
 
 * type 1 ``Invalid queue name: at most 255 characters, ASCII 33 to 126 only``
+  (the shared rule of :func:`.base.valid_queue_name`, ASCII only, and the
+  empty name allowed)
 * type 2 ``Queue <name> does not exist`` (Dequeue or Count of a missing queue)
-* type 0 any other failure, e.g. ``Shard 2 unavailable`` (a shard down).
+* type 0 ``Data too large: at most <max_payload> bytes`` (Enqueue data over
+  ``max_payload``, 1048576 by default), or any other failure, e.g.
+  ``Shard 2 unavailable`` (a shard down).
 
 Transport errors are ``'e'`` packets. For a well-framed request whose body
 cannot be parsed the connection stays usable; messages:
@@ -38,7 +42,8 @@ cannot be parsed the connection stays usable; messages:
 is lost, and the connection closed after the ``'e'`` packet, on
 ``Unknown packet marker 0x<hex>`` (the byte where a packet should start is
 not ``'D'``), ``Invalid packet length <n>`` (negative) and
-``Packet length <n> exceeds the limit of 1114112 bytes`` (1 MiB + 64 KiB).
+``Packet length <n> exceeds the limit of 1114112 bytes`` (``max_payload`` +
+64 KiB).
 """
 from __future__ import annotations
 
@@ -49,10 +54,10 @@ from typing import Optional, Tuple
 from ..engine import status as S
 from ..engine.status import Reply
 from . import ordering
-from .base import BY_NAME, Command, InputBuffer, StreamCodec, new_job
+from .base import BY_NAME, MAX_PAYLOAD, Command, InputBuffer, StreamCodec, new_job, valid_queue_name
 
-MAX_BODY = 1048576 + 65536
-MAX_NAME = 255
+PACKET_SLACK = 65536      # a packet's bytes besides an Enqueue's data
+MAX_BODY = MAX_PAYLOAD + PACKET_SLACK
 
 REQUEST = 0x44        # 'D'
 RESPONSE = b"R"
@@ -156,9 +161,13 @@ class _Body:
             raise _Malformed(f"Malformed request: {extra} unexpected bytes after the {command} request")
 
 
-def valid_name(name: bytes) -> bool:
-    """At most 255 characters, each ASCII 33..126 (so bytes are characters)."""
-    return len(name) <= MAX_NAME and all(33 <= b <= 126 for b in name)
+def queue_name(raw: bytes) -> Optional[str]:
+    """The queue name, or ``None``: the shared rule in ASCII (so at most 255
+    characters of ASCII 33..126), and the empty name, TaskFlux's own queue."""
+    if not raw:
+        return ""
+    name = valid_queue_name(raw)
+    return name if name is not None and name.isascii() else None
 
 
 def _parse(body: bytes) -> Tuple[str, bytes, Optional[Tuple[int, bytes]]]:
@@ -185,11 +194,17 @@ def _parse(body: bytes) -> Tuple[str, bytes, Optional[Tuple[int, bytes]]]:
 
 
 class TaskFluxCodec(StreamCodec):
-    """Decodes one connection's TaskFlux byte stream into :class:`Command` objects."""
+    """Decodes one connection's TaskFlux byte stream into :class:`Command` objects.
 
-    def __init__(self, max_body: int = MAX_BODY, **options) -> None:
+    ``max_body``, the longest packet, defaults to ``max_payload`` and room
+    for the rest of an Enqueue.
+    """
+
+    def __init__(self, max_body: Optional[int] = None, *, max_payload: int = MAX_PAYLOAD,
+                 **options) -> None:
         super().__init__()
-        self.max_body = max_body
+        self.max_payload = max_payload
+        self.max_body = max_payload + PACKET_SLACK if max_body is None else max_body
 
     def _fatal(self, message: str) -> Command:
         return Command.local(transport_error(message), close=True)
@@ -217,13 +232,16 @@ class TaskFluxCodec(StreamCodec):
             return Command.local(transport_error(str(err)))
         return self._command(command, name, extra)
 
-    @staticmethod
-    def _command(command: str, raw_name: bytes, extra: Optional[Tuple[int, bytes]]) -> Command:
-        if not valid_name(raw_name):
+    def _command(self, command: str, raw_name: bytes,
+                 extra: Optional[Tuple[int, bytes]]) -> Command:
+        name = queue_name(raw_name)
+        if name is None:
             return Command.local(business_error(INVALID_QUEUE_NAME, INVALID_NAME_MESSAGE))
-        name = raw_name.decode("ascii")
         if command == "E":
             key, data = extra
+            if len(data) > self.max_payload:
+                return Command.local(business_error(
+                    UNKNOWN_ERROR, f"Data too large: at most {self.max_payload} bytes"))
             return new_job(name, data, partial(render_enqueued, name=name),
                            priority=ordering.from_taskflux(key))
         must_exist = name != ""
