@@ -14,9 +14,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 STARTUP_TIMEOUT = 30.0
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
+    """Poll ``condition`` until it is true; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.02)
 
 
 def _die_with_parent() -> None:
@@ -30,12 +39,17 @@ def _die_with_parent() -> None:
 
 class ServerProcess:
     def __init__(self, shards: int = 1, extra: Optional[List[str]] = None,
-                 protocols: Optional[List[str]] = None) -> None:
+                 protocols: Optional[List[str]] = None, runtime_dir: Optional[str] = None,
+                 preexec: Optional[Callable[[], None]] = None) -> None:
+        """``runtime_dir``: one the test owns (it outlives :meth:`stop`); by
+        default a private one removed with the server. ``preexec`` runs in the
+        server's process before it starts (e.g. to lower a resource limit)."""
+        self.preexec = preexec
         self.shards = shards
         self.extra = extra or []
         self.protocols = protocols
         self.tmp = tempfile.TemporaryDirectory(prefix="qs-test-")
-        self.runtime_dir = os.path.join(self.tmp.name, "rt")
+        self.runtime_dir = runtime_dir or os.path.join(self.tmp.name, "rt")
         self.log_path = os.path.join(self.tmp.name, "server.log")
         self.process: Optional[subprocess.Popen] = None
         self.ports: Dict[str, int] = {}
@@ -53,7 +67,7 @@ class ServerProcess:
         argv += self.extra
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT,
-                                        preexec_fn=_die_with_parent)
+                                        preexec_fn=self._before_exec)
         ports_file = os.path.join(self.runtime_dir, "ports.json")
         deadline = time.monotonic() + STARTUP_TIMEOUT
         while time.monotonic() < deadline:
@@ -66,6 +80,11 @@ class ServerProcess:
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"server did not start:\n{self.log()}")
+
+    def _before_exec(self) -> None:
+        _die_with_parent()
+        if self.preexec is not None:
+            self.preexec()
 
     def port(self, protocol: str = "workq") -> int:
         return self.ports[protocol]
@@ -93,6 +112,11 @@ class ServerProcess:
                 pids[name] = int(line.rsplit("pid ", 1)[1].rstrip(")"))
         return pids
 
+    def child_argv(self, name: str) -> List[str]:
+        """The command line the supervisor gave child ``name`` (e.g. ``router``, ``shard-0``)."""
+        with open(f"/proc/{self.child_pids()[name]}/cmdline", "rb") as f:
+            return [arg.decode() for arg in f.read().split(b"\0")[:-1]]
+
     def stop(self, timeout: float = 15.0) -> int:
         process = self.process
         if process is None:
@@ -114,3 +138,20 @@ class ServerProcess:
         self.tmp.cleanup()
         self.process = None
         return process.returncode
+
+
+def run_cli(*args: str, timeout: float = 30, prefix: Sequence[str] = (),
+            **kwargs: Any) -> subprocess.CompletedProcess:
+    """``queueserver ARGS...`` as a real process (after ``prefix``, e.g. a
+    privilege wrapper), its output captured as text."""
+    return subprocess.run([*prefix, sys.executable, "-m", "queueserver", *args], capture_output=True,
+                          text=True, timeout=timeout, **kwargs)
+
+
+def one_line_error(result: subprocess.CompletedProcess, status: int = 2) -> str:
+    """The single stderr line of a command that must fail with ``status`` and no traceback."""
+    err = result.stderr.strip()
+    assert result.returncode == status, (result.returncode, result.stderr)
+    assert "Traceback" not in err and "\n" not in err, err
+    assert err, "no message on stderr"
+    return err

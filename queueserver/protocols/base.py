@@ -125,6 +125,10 @@ class StreamCodec(ABC):
     until one is incomplete. A command that closes the connection ends
     decoding for good; nothing pipelined after it runs."""
 
+    #: Whether a job leased over this protocol goes back to ready when the
+    #: connection that leased it closes (goqueue, as beanstalkd does).
+    leases_end_with_connection = False
+
     def __init__(self) -> None:
         self.buffer = InputBuffer()
         self._closed = False

@@ -103,9 +103,11 @@ class BatchWriter:
         self._list()
 
     def kill(self) -> None:
-        """Drop what is queued; the socket is the owner's to close."""
+        """Drop what is queued; the socket is the owner's to close. The
+        owner's callbacks are let go, so nothing keeps it alive in a cycle."""
         self.closed = True
         self.chunks = []
+        self._on_error = self._on_drained = None
         if self._greenlet is not None:
             self._greenlet.kill(block=False)
 

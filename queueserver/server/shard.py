@@ -4,7 +4,13 @@ The router sends ``[request_id, op, args]`` frames; the shard answers
 ``[request_id, reply]`` as soon as the engine has an answer, which for a
 parked lease may be much later. Frames with request id 0 are shard events:
 ``hello`` (on connect: the jobs it holds, for the router's directory) and
-``forgotten`` (jobs that left the shard).
+``forgotten`` (jobs that left the shard). A router's control frames (id 0)
+are ``cancel`` (withdraw a parked request), ``closed`` (a client connection
+is gone) and ``clients`` (how many clients it serves).
+
+When a router's link is lost, every connection of that router is treated
+as closed: its parked requests are withdrawn and jobs leased to its
+connections with close semantics (goqueue) are ready again.
 """
 from __future__ import annotations
 
@@ -34,10 +40,12 @@ def now_us() -> int:
 
 
 class Shard:
-    def __init__(self, index: int, path: str) -> None:
+    def __init__(self, index: int, path: str, max_queues: Optional[int] = None,
+                 queue_idle: float = 0.0) -> None:
         self.index = index
         self.path = path
-        self.engine = Engine(shard=index)
+        self.engine = Engine(shard=index, max_queues=max_queues,
+                             queue_idle=int(queue_idle * 1_000_000) or None)
         self.channels: Dict[int, FrameChannel] = {}
         self.router_clients: Dict[int, list] = {}   # channel -> [router index, clients]
         self._ids = itertools.count(1)
@@ -76,6 +84,8 @@ class Shard:
             if req_id == 0:  # a control frame from the router
                 if op == "cancel":  # withdraw this channel's parked request
                     engine.execute("cancel", ((cid, args),), now_us())
+                elif op == "closed":  # a client connection of that router is gone
+                    engine.execute("disown", ((cid, args),), now_us())
                 elif op == "clients":  # how many clients that router serves
                     self.router_clients[cid] = args
                 return
@@ -98,8 +108,12 @@ class Shard:
             self.router_clients.pop(cid, None)
             if len(self.channels) < 2:
                 self.engine.placed = None
+            # The router is gone: so is every connection it served.
+            now = now_us()
             for token in [t for t in engine.waiters if t[0] == cid]:
-                engine.execute("cancel", (token,), now_us())
+                engine.execute("cancel", (token,), now)
+            for owner in [o for o in engine.owned if o[0] == cid]:
+                engine.execute("disown", (owner,), now)
             self._after_batch()
             channel.close()
 
@@ -151,10 +165,14 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="queueserver-shard")
     parser.add_argument("--index", type=int, required=True)
     parser.add_argument("--socket", required=True)
+    parser.add_argument("--max-queues", type=int, default=None,
+                        help="queues this shard may hold (default: no cap)")
+    parser.add_argument("--queue-idle-timeout", type=float, default=0.0, metavar="SECONDS",
+                        help="remove a queue with no jobs and no waiters after this long (0: never)")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     setup_logging(args.log_level, f"shard-{args.index}")
-    shard = Shard(args.index, args.socket)
+    shard = Shard(args.index, args.socket, args.max_queues, args.queue_idle_timeout)
     stop = stop_event()
     server = gevent.spawn(shard.serve)
     server.link(lambda g: stop.set())
