@@ -1,43 +1,67 @@
-"""The ``queueserver`` command."""
+"""The ``queueserver`` command.
+
+Every usage or configuration mistake, and every failure to start, ends the
+command with one line on stderr that names the problem and its fix, and a
+non-zero status (2 for what the caller can fix), never a traceback.
+"""
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
-from typing import List, Optional
+from typing import Any, List, NoReturn, Optional
 
-from .config import Config
+from . import __version__
+from .config import CODEC_OPTIONS, LISTENER, LOG_LEVELS, SERVER, Config, ConfigError, Setting
 from .protocols import DEFAULT_PORTS
 
+PROG = "queueserver"
+FLAG_TYPES = {"int": int, "float": float, "port": int}
 
-def _serve_parser(sub) -> None:
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line that points at ``--help``."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(f"{message} (see '{self.prog} --help')", 2, self.prog)
+
+
+def fail(message: str, status: int = 2, prog: str = PROG) -> NoReturn:
+    """End the command with one line on stderr."""
+    print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(status)
+
+
+def _add_flag(p: argparse.ArgumentParser, setting: Setting, dest: str) -> None:
+    if setting.kind == "bool":
+        p.add_argument(setting.flag, action="store_true", default=None, dest=dest, help=setting.help)
+    else:
+        p.add_argument(setting.flag, type=FLAG_TYPES.get(setting.kind, str), metavar=setting.metavar,
+                       dest=dest, help=setting.help)
+
+
+def _serve_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="run the server (router + shard processes)",
-                       description="Run the queue server: one router, N shard processes.")
+                       description="Run the queue server: N shard processes and the router(s) "
+                                   "in front of them. Flags override the --config file.")
     p.add_argument("--config", metavar="FILE", help="TOML configuration file")
-    p.add_argument("--shards", type=int, metavar="N", help="shard processes (default: one per CPU)")
-    p.add_argument("--routers", type=int, metavar="N",
-                   help="router processes sharing the client ports (default 1; on many cores, "
-                        "about one per four cores)")
-    p.add_argument("--bind", metavar="ADDR", help="address every listener binds (default 127.0.0.1)")
+    for key, setting in SERVER.items():
+        _add_flag(p, setting, key)
     for name, port in DEFAULT_PORTS.items():
         p.add_argument(f"--{name}-port", type=int, metavar="PORT", dest=f"{name}_port",
                        help=f"{name} protocol port (default {port}; 0 picks a free port)")
         p.add_argument(f"--no-{name}", action="store_true", dest=f"no_{name}",
                        help=f"do not listen for the {name} protocol")
-    p.add_argument("--allow-dups", action="store_true", default=None,
-                   help="queued: keep duplicate items (default: drop an item the queue already holds)")
-    p.add_argument("--reservation-timeout", type=int, metavar="MS",
-                   help="takeanumber: a reserved job returns to its queue after MS milliseconds "
-                        "(default 0: never)")
-    p.add_argument("--runtime-dir", metavar="DIR",
-                   help="private directory for shard sockets (default: a fresh temporary one)")
-    p.add_argument("--log-level", metavar="LEVEL", help="debug, info, warning or error (default info)")
+    for protocol, options in CODEC_OPTIONS.items():
+        for key, setting in options.items():
+            _add_flag(p, setting, f"{protocol}_{key}")
 
 
-def _worker_parser(sub) -> None:
+def _worker_parser(sub: Any) -> None:
     p = sub.add_parser("worker", help="run a worker that calls module:function for each job",
                        description="Lease jobs in a loop, call FUNCTION(job) and complete the job "
-                                   "with its return value, or fail it with the traceback.")
+                                   "with its return value, or fail it with the traceback. Logs one "
+                                   "line per job: queue, id, outcome, duration.")
     p.add_argument("function", metavar="module:function")
     p.add_argument("--queue", action="append", required=True, metavar="NAME",
                    help="queue to lease from (repeat for several)")
@@ -46,7 +70,8 @@ def _worker_parser(sub) -> None:
     p.add_argument("--wait-timeout", type=int, default=1000, metavar="MS",
                    help="lease wait per round; bounds how long a stop takes (default 1000)")
     p.add_argument("--max-jobs", type=int, metavar="N", help="stop after N jobs")
-    p.add_argument("--log-level", default="info")
+    p.add_argument("--log-level", default="info", type=str.lower, choices=LOG_LEVELS, metavar="LEVEL",
+                   help=f"{', '.join(LOG_LEVELS)} (default info)")
 
 
 def _work(args: argparse.Namespace) -> int:
@@ -55,7 +80,10 @@ def _work(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s worker %(levelname)s %(message)s")
     sys.path.insert(0, ".")
-    handler = load_handler(args.function)
+    try:
+        handler = load_handler(args.function)
+    except ValueError as err:
+        fail(str(err), 2, f"{PROG} worker")
     with Client(args.host, args.port) as client:
         worker = Worker(client, args.queue, handler, args.wait_timeout, args.max_jobs)
         worker.install_signal_handlers()
@@ -65,44 +93,51 @@ def _work(args: argparse.Namespace) -> int:
 
 
 def build_config(args: argparse.Namespace) -> Config:
+    """The file named by ``--config``, then every flag given, each checked under its flag's name."""
     config = Config.load(args.config)
-    for key in ("shards", "routers", "bind", "runtime_dir", "log_level"):
+    for key, setting in SERVER.items():
         value = getattr(args, key)
         if value is not None:
-            setattr(config, key, value)
+            setattr(config, key, setting.check(setting.flag, value))
     for name, listener in config.listeners.items():
         port = getattr(args, f"{name}_port", None)
         if port is not None:
-            listener.port = port
+            listener.port = LISTENER["port"].check(f"--{name}-port", port)
         if getattr(args, f"no_{name}", False):
             listener.enabled = False
-    if args.allow_dups:
-        config.listeners["queued"].options["allow_dups"] = True
-    if args.reservation_timeout is not None:
-        config.listeners["takeanumber"].options["reservation_timeout"] = args.reservation_timeout
-    if config.shards < 1 or config.routers < 1:
-        raise ValueError("--shards and --routers must be at least 1")
+        for key, setting in CODEC_OPTIONS[name].items():
+            value = getattr(args, f"{name}_{key}")
+            if value is not None:
+                listener.options[key] = setting.check(setting.flag, value)
     return config
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="queueserver", description="A multi-protocol job queue server.")
-    sub = parser.add_subparsers(dest="command", required=True)
+def build_parser() -> ArgumentParser:
+    """The whole command line: ``serve`` and ``worker``."""
+    parser = ArgumentParser(prog=PROG, description="A multi-protocol job queue server.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,worker}")
     _serve_parser(sub)
     _worker_parser(sub)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.command == "worker":
         return _work(args)
-    if args.command == "serve":
-        try:
-            config = build_config(args)
-        except (OSError, ValueError) as err:
-            parser.error(str(err))
-        logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
-                            format="%(asctime)s supervisor %(levelname)s %(message)s")
-        from .supervisor import Supervisor
+    serve = f"{PROG} serve"
+    try:
+        config = build_config(args)
+    except ConfigError as err:
+        fail(str(err), 2, serve)
+    logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s supervisor %(levelname)s %(message)s")
+    from .supervisor import StartupError, Supervisor
+    try:
         return Supervisor(config).run()
-    return 2
+    except StartupError as err:
+        fail(str(err), err.status, serve)
 
 
 if __name__ == "__main__":

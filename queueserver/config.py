@@ -1,26 +1,206 @@
-"""Server configuration: defaults, a TOML file, then command-line flags.
+"""Server configuration: defaults, then a TOML file, then command-line flags.
 
 A TOML file looks like::
 
+    [server]
     shards = 4
     bind = "127.0.0.1"
     runtime_dir = "/run/queueserver"
     log_level = "info"
+    max_payload = 1048576
 
     [workq]
     port = 9922
     enabled = true
 
-Flags given on the command line override the file.
+    [takeanumber]
+    reservation_timeout = 0
+    empty_reserve_error = false
+
+Server-wide keys may also stand at the top level (the older form), but not in
+both places. Every value is checked where it enters, so a mistake is one
+:class:`ConfigError` line naming the key (``server.shards``) or flag
+(``--shards``) and what would be accepted, never a traceback from deep in the
+server.
 """
 from __future__ import annotations
 
+import difflib
+import ipaddress
+import json
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from .protocols import DEFAULT_PORTS
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+class ConfigError(ValueError):
+    """A configuration or usage mistake, as one line that says what to change."""
+
+
+def _show(value: Any) -> str:
+    """A value as it would be written in TOML, for messages."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return repr(value)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What one key accepts; the same check serves the file and the flag.
+
+    ``kind`` is one of int, float, bool, path, port, address, level.
+    ``flag``/``metavar``/``help`` describe the matching command-line flag.
+    """
+
+    kind: str
+    minimum: Optional[float] = None
+    unit: str = ""
+    note: str = ""
+    flag: Optional[str] = None
+    metavar: Optional[str] = None
+    help: str = ""
+
+    def check(self, name: str, value: Any) -> Any:
+        """``value`` as the server uses it, or :class:`ConfigError` naming ``name``."""
+        checker = getattr(self, f"_{self.kind}")
+        return checker(name, value)
+
+    def _bounded(self, name: str, value: Any) -> Any:
+        if self.minimum is not None and value < self.minimum:
+            unit = f" {self.unit}" if self.unit else ""
+            note = f" ({self.note})" if self.note else ""
+            raise ConfigError(f"{name} must be at least {self.minimum:g}{unit}{note}, got {_show(value)}")
+        return value
+
+    def _int(self, name: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{name} must be an integer, got {_show(value)}")
+        return self._bounded(name, value)
+
+    def _float(self, name: str, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(f"{name} must be a number of {self.unit or 'units'}, got {_show(value)}")
+        return float(self._bounded(name, value))
+
+    @staticmethod
+    def _bool(name: str, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name} must be true or false, got {_show(value)}")
+        return value
+
+    @staticmethod
+    def _path(name: str, value: Any) -> str:
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{name} must be a directory path (a non-empty string), got {_show(value)}")
+        return value
+
+    @staticmethod
+    def _port(name: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+            raise ConfigError(f"{name} must be a port number from 0 to 65535 (0 picks a free port), "
+                              f"got {_show(value)}")
+        return value
+
+    @staticmethod
+    def _address(name: str, value: Any) -> str:
+        valid = isinstance(value, str)
+        if valid and value != "localhost":
+            try:
+                ipaddress.ip_address(value)
+            except ValueError:
+                valid = False
+        if not valid:
+            raise ConfigError(f"{name} must be an IP address such as 127.0.0.1, 0.0.0.0 or :: "
+                              f"(or localhost), got {_show(value)}")
+        return value
+
+    @staticmethod
+    def _level(name: str, value: Any) -> str:
+        if not isinstance(value, str) or value.lower() not in LOG_LEVELS:
+            raise ConfigError(f"{name} must be one of {', '.join(LOG_LEVELS)}, got {_show(value)}")
+        return value.lower()
+
+
+#: Server-wide keys, in ``[server]`` (or at the top level); each has a flag.
+SERVER: Dict[str, Setting] = {
+    "shards": Setting("int", 1, flag="--shards", metavar="N",
+                      help="shard processes (default: one per CPU)"),
+    "routers": Setting("int", 1, flag="--routers", metavar="N",
+                       help="router processes sharing the client ports (default 1; on many cores, "
+                            "about one per four cores)"),
+    "bind": Setting("address", flag="--bind", metavar="ADDR",
+                    help="address every listener binds (default 127.0.0.1)"),
+    "runtime_dir": Setting("path", flag="--runtime-dir", metavar="DIR",
+                           help="private directory (ours, 0700) for shard sockets, ports.json and the "
+                                "lock (default: a fresh temporary one)"),
+    "log_level": Setting("level", flag="--log-level", metavar="LEVEL",
+                         help=f"{', '.join(LOG_LEVELS)} (default info)"),
+    "max_payload": Setting("int", 1, "bytes", flag="--max-payload", metavar="BYTES",
+                           help="largest job payload or result any protocol accepts (default 1048576)"),
+    "max_connections": Setting("int", 1, flag="--max-connections", metavar="N",
+                               help="client connections the whole server accepts (default 10000)"),
+    "max_outstanding_bytes": Setting("int", 65536, "bytes", flag="--max-outstanding-bytes", metavar="BYTES",
+                                     help="bytes one connection may have outstanding, requests in flight "
+                                          "plus replies unread (default 8388608, at least 65536)"),
+    "max_queues": Setting("int", 1, flag="--max-queues", metavar="N",
+                          help="queues the server holds, shared out evenly among the shards (default "
+                               "100000); creating one more first removes an unused one, or is refused"),
+    "queue_idle_timeout": Setting("float", 0, "seconds", "0 never removes idle queues",
+                                  flag="--queue-idle-timeout", metavar="SECONDS",
+                                  help="an empty queue nobody waits on is removed after SECONDS "
+                                       "(default 300; 0: never)"),
+}
+
+#: Keys every protocol section has.
+LISTENER: Dict[str, Setting] = {
+    "enabled": Setting("bool"),
+    "port": Setting("port"),
+    "bind": Setting("address"),
+}
+
+#: Codec options each protocol section may add; they reach the protocol's codec.
+CODEC_OPTIONS: Dict[str, Dict[str, Setting]] = {name: {} for name in DEFAULT_PORTS}
+CODEC_OPTIONS["takeanumber"] = {
+    "reservation_timeout": Setting("int", 0, "ms", "0 never times out", flag="--reservation-timeout",
+                                   metavar="MS", help="takeanumber: a reserved job returns to its queue "
+                                                      "after MS milliseconds (default 0: never)"),
+    "empty_reserve_error": Setting("bool", flag="--takeanumber-empty-error",
+                                   help="takeanumber: RESERVE on an empty queue answers "
+                                        "'-ERR No items available to reserve.' as the original server "
+                                        "does (default: ':-1')"),
+}
+CODEC_OPTIONS["queued"] = {
+    "allow_dups": Setting("bool", flag="--allow-dups",
+                          help="queued: keep duplicate items (default: drop an item the queue already holds)"),
+}
+
+
+def unknown_key(dotted: str, valid: List[str]) -> ConfigError:
+    """An unknown key, with the closest valid one (or the list) as the fix."""
+    prefix, _, key = dotted.rpartition(".")
+    close = difflib.get_close_matches(key, valid, n=1)
+    if close:
+        return ConfigError(f"unknown key {dotted}; did you mean {prefix + '.' if prefix else ''}{close[0]}?")
+    return ConfigError(f"unknown key {dotted}; valid keys{' in [' + prefix + ']' if prefix else ''}: "
+                       f"{', '.join(valid)}")
+
+
+def _table(name: str, value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{name} must be a table (a [{name}] section), got {_show(value)}")
+    return value
 
 
 @dataclass
@@ -28,7 +208,19 @@ class Listener:
     enabled: bool = True
     port: int = 0
     bind: Optional[str] = None   # None: the server-wide bind address
-    options: Dict[str, Any] = field(default_factory=dict)
+    options: Dict[str, Any] = field(default_factory=dict)  # codec options the configuration set
+
+    def update(self, protocol: str, section: Mapping[str, Any]) -> None:
+        """Apply the ``[protocol]`` section, checking every key."""
+        options = CODEC_OPTIONS[protocol]
+        for key, value in section.items():
+            name = f"{protocol}.{key}"
+            if key in LISTENER:
+                setattr(self, key, LISTENER[key].check(name, value))
+            elif key in options:
+                self.options[key] = options[key].check(name, value)
+            else:
+                raise unknown_key(name, [*LISTENER, *options])
 
 
 @dataclass
@@ -38,34 +230,68 @@ class Config:
     bind: str = "127.0.0.1"
     runtime_dir: Optional[str] = None
     log_level: str = "info"
+    max_payload: int = 1048576
+    max_connections: int = 10000
+    max_outstanding_bytes: int = 8388608
+    max_queues: int = 100000
+    queue_idle_timeout: float = 300.0
     listeners: Dict[str, Listener] = field(
         default_factory=lambda: {name: Listener(port=port) for name, port in DEFAULT_PORTS.items()})
 
     @classmethod
     def load(cls, path: Optional[str]) -> "Config":
+        """Defaults, then the file at ``path`` (if any); its problems as one :class:`ConfigError`."""
         config = cls()
         if path:
-            with open(path, "rb") as f:
-                config.update(tomllib.load(f))
+            try:
+                with open(path, "rb") as f:
+                    data = tomllib.load(f)
+            except FileNotFoundError:
+                raise ConfigError(f"config file {path} does not exist; check the --config path") from None
+            except OSError as err:
+                raise ConfigError(f"cannot read config file {path}: {(err.strerror or str(err)).lower()} "
+                                  f"(give a readable TOML file with --config)") from None
+            except UnicodeDecodeError:
+                raise ConfigError(f"config file {path} is not UTF-8 text") from None
+            except tomllib.TOMLDecodeError as err:
+                raise ConfigError(f"{path}: TOML syntax error: {err}") from None
+            try:
+                config.update(data)
+            except ConfigError as err:
+                raise ConfigError(f"{path}: {err}") from None
         return config
 
-    def update(self, data: Dict[str, Any]) -> None:
-        for key in ("shards", "routers", "bind", "runtime_dir", "log_level"):
-            if key in data:
-                setattr(self, key, data[key])
+    def update(self, data: Mapping[str, Any]) -> None:
+        """Apply a parsed TOML document, checking every key."""
+        server = _table("server", data.get("server", {}))
+        for key in data:
+            if key != "server" and key not in SERVER and key not in self.listeners:
+                raise unknown_key(key, ["server", *SERVER, *self.listeners])
+        for key in server:
+            if key not in SERVER:
+                raise unknown_key(f"server.{key}", list(SERVER))
+        for key, setting in SERVER.items():
+            if key in server and key in data:
+                raise ConfigError(f"{key} is set both at the top level and in [server]; keep only "
+                                  f"server.{key}")
+            if key in server:
+                setattr(self, key, setting.check(f"server.{key}", server[key]))
+            elif key in data:
+                setattr(self, key, setting.check(key, data[key]))
         for name, listener in self.listeners.items():
-            section = data.get(name)
-            if not isinstance(section, dict):
-                continue
-            section = dict(section)
-            listener.enabled = bool(section.pop("enabled", listener.enabled))
-            listener.port = int(section.pop("port", listener.port))
-            listener.bind = section.pop("bind", listener.bind)
-            listener.options.update(section)
-        unknown = set(data) - {"shards", "routers", "bind", "runtime_dir", "log_level"} - set(self.listeners)
-        if unknown:
-            raise ValueError(f"unknown configuration keys: {', '.join(sorted(unknown))}")
-        if int(self.shards) < 1 or int(self.routers) < 1:
-            raise ValueError("shards and routers must be at least 1")
-        self.shards = int(self.shards)
-        self.routers = int(self.routers)
+            if name in data:
+                listener.update(name, _table(name, data[name]))
+
+    def router_options(self) -> Dict[str, Dict[str, Any]]:
+        """Codec options of every enabled protocol, ``max_payload`` included."""
+        return {name: {**listener.options, "max_payload": self.max_payload}
+                for name, listener in self.listeners.items() if listener.enabled}
+
+    def shard_max_queues(self) -> int:
+        """Each shard's part of ``max_queues`` (rounded up, so the shards together hold at least it)."""
+        return -(-self.max_queues // self.shards)
+
+    def limits(self) -> Dict[str, int]:
+        """Server-wide connection limits, as the routers receive them."""
+        return {"max_connections": self.max_connections,
+                "max_outstanding_bytes": self.max_outstanding_bytes}

@@ -5,16 +5,21 @@ It runs no event loop and touches no client traffic. It owns the listening
 sockets and hands them to every router, so several routers share the ports
 (the kernel gives each new connection to one of them) and a restarted router
 serves the very same ports. Routers and shards talk over Unix sockets in a
-private runtime directory (mode 0700, sockets 0600).
+private runtime directory (mode 0700, sockets 0600) that the supervisor locks
+for its whole life. A failure to start is a :class:`StartupError`: one line
+for the operator, raised before anything another server uses is touched.
 """
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import logging
 import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -49,45 +54,151 @@ class Child:
         log.info("%s started (pid %d)", self.name, self.process.pid)
 
 
+class StartupError(Exception):
+    """The server cannot start; ``str()`` is one line saying why and what to change."""
+
+    def __init__(self, message: str, status: int = 2) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class RuntimeDir:
+    """The private directory of one running server, held by an exclusive lock.
+
+    It holds the shard sockets, the routers' readiness files, ``ports.json``
+    and ``lock`` (with the supervisor's pid). The lock is taken before
+    anything in the directory is touched, so a second server pointed at the
+    same directory leaves the running one alone. A directory that is a
+    symlink or belongs to another user is refused rather than chmod-ed: its
+    owner may rely on what is in it, and sockets there would not be private.
+    """
+
+    def __init__(self, path: Optional[str]) -> None:
+        self.temporary = path is None
+        self.path = path or ""
+        self._lock_fd: Optional[int] = None
+
+    def acquire(self) -> None:
+        """Make (or check) the directory and lock it; :class:`StartupError` if it cannot be ours."""
+        try:
+            if self.temporary:
+                self.path = tempfile.mkdtemp(prefix="queueserver-")  # created 0700
+            else:
+                self._make_private()
+            self._lock()
+            self._remove_run_files()  # an earlier run's readiness means nothing now
+        except OSError as err:
+            raise StartupError(f"cannot use runtime directory {self.path or tempfile.gettempdir()}: "
+                               f"{_reason(err)}", 1) from None
+
+    def _make_private(self) -> None:
+        path = self.path
+        fix = "pick another with --runtime-dir"
+        try:
+            os.makedirs(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as err:
+            raise StartupError(f"cannot create runtime directory {path}: {_reason(err)} ({fix})") from None
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode):
+            raise StartupError(f"refusing runtime directory {path}: it is a symbolic link; give the real "
+                               f"directory or {fix}")
+        if not stat.S_ISDIR(info.st_mode):
+            raise StartupError(f"runtime directory {path} is not a directory ({fix})")
+        if info.st_uid != os.geteuid():
+            raise StartupError(f"refusing runtime directory {path}: it is owned by uid {info.st_uid}, not "
+                               f"by this server's user (uid {os.geteuid()}); chown it or {fix}")
+        if stat.S_IMODE(info.st_mode) != 0o700:
+            try:
+                os.chmod(path, 0o700)
+            except OSError as err:
+                raise StartupError(f"cannot make runtime directory {path} private (0700): "
+                                   f"{_reason(err)} ({fix})") from None
+
+    def _lock(self) -> None:
+        lock = os.path.join(self.path, "lock")
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as err:
+            raise StartupError(f"runtime directory {self.path} is not writable: cannot open {lock}: "
+                               f"{_reason(err)} (pick another with --runtime-dir)") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StartupError(f"runtime directory {self.path} is in use by another queueserver "
+                               f"(pid {holder}); stop it first or pick another --runtime-dir") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def file(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    def _remove_run_files(self) -> None:
+        """Readiness files, ``ports.json`` and shard sockets: what a run leaves."""
+        for name in os.listdir(self.path):
+            if name.startswith("ports.json") or name.endswith(".ready") or (
+                    name.startswith("shard-") and name.endswith(".sock")):
+                try:
+                    os.unlink(self.file(name))
+                except FileNotFoundError:
+                    pass
+
+    def release(self) -> None:
+        """Clean up after a stop: a temporary directory goes; from a given one
+        the run's files go, so nobody mistakes it for a live server."""
+        if self._lock_fd is None:
+            return
+        if self.temporary:
+            shutil.rmtree(self.path, ignore_errors=True)
+        else:
+            try:
+                self._remove_run_files()
+            except OSError as err:
+                log.warning("could not clean runtime directory %s: %s", self.path, err)
+        os.close(self._lock_fd)
+        self._lock_fd = None
+
+
+def _reason(err: OSError) -> str:
+    return (err.strerror or str(err)).lower()
+
+
 class Supervisor:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.children: List[Child] = []
         self._stopping = False
-        self._own_dir = False
-        self.runtime_dir = ""
+        self.runtime = RuntimeDir(config.runtime_dir)
         self.listeners: Dict[str, socket.socket] = {}
 
-    def _prepare_runtime_dir(self) -> str:
-        if self.config.runtime_dir:
-            path = self.config.runtime_dir
-            os.makedirs(path, mode=0o700, exist_ok=True)
-            os.chmod(path, 0o700)
-        else:
-            path = tempfile.mkdtemp(prefix="queueserver-")  # created 0700
-            self._own_dir = True
-        for name in os.listdir(path):  # readiness of an earlier run means nothing now
-            if name.endswith(".ready") or name == "ports.json":
-                os.unlink(os.path.join(path, name))
-        return path
+    @property
+    def runtime_dir(self) -> str:
+        return self.runtime.path
 
     def _children(self) -> List[Child]:
         config = self.config
         python = sys.executable
         level = config.log_level
-        sockets = [os.path.join(self.runtime_dir, f"shard-{i}.sock") for i in range(config.shards)]
+        sockets = [self.runtime.file(f"shard-{i}.sock") for i in range(config.shards)]
         children = [Child(f"shard-{i}", [python, "-m", "queueserver.server.shard", "--index", str(i),
-                                         "--socket", path, "--log-level", level])
+                                         "--socket", path, "--max-queues", str(config.shard_max_queues()),
+                                         "--queue-idle-timeout", repr(config.queue_idle_timeout),
+                                         "--log-level", level])
                     for i, path in enumerate(sockets)]
         fds = {name: sock.fileno() for name, sock in self.listeners.items()}
         for i in range(config.routers):
             router_config = {
                 "sockets": sockets,
                 "listen_fds": fds,
-                "options": {name: l.options for name, l in config.listeners.items()},
+                "options": config.router_options(),
+                "limits": config.limits(),
                 "index": i,
                 "routers": config.routers,
-                "ready_file": os.path.join(self.runtime_dir, f"router-{i}.ready"),
+                "ready_file": self.runtime.file(f"router-{i}.ready"),
             }
             name = "router" if config.routers == 1 else f"router-{i}"
             children.append(Child(name, [python, "-m", "queueserver.server.router",
@@ -103,33 +214,40 @@ class Supervisor:
             host = listener.bind or self.config.bind
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
             sock = socket.socket(family, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, listener.port))
-            sock.listen(1024)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((host, listener.port))
+                sock.listen(1024)
+            except OSError as err:
+                sock.close()
+                raise StartupError(_bind_failure(name, host, listener.port, err)) from None
             sock.set_inheritable(True)
             self.listeners[name] = sock
-            log.info("%s listening on %s:%d", name, host, sock.getsockname()[1])
 
     def _write_ports(self) -> None:
         """``ports.json``, once every router serves: the port each protocol got
         (useful with port 0), and a sign that the server is ready."""
         ports = {name: sock.getsockname()[1] for name, sock in self.listeners.items()}
-        path = os.path.join(self.runtime_dir, "ports.json")
+        path = self.runtime.file("ports.json")
         with open(path + ".tmp", "w") as f:
             json.dump(ports, f)
         os.replace(path + ".tmp", path)
 
     def run(self) -> int:
-        self.runtime_dir = self._prepare_runtime_dir()
-        log.info("runtime directory %s, %d shards", self.runtime_dir, self.config.shards)
+        """Serve until SIGTERM/SIGINT; :class:`StartupError` if it cannot start,
+        having touched nothing another server could be using."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        self.runtime.acquire()
         try:
             self._bind()
+            log.info("runtime directory %s, %d shards", self.runtime_dir, self.config.shards)
+            for name, sock in self.listeners.items():
+                log.info("%s listening on %s:%d", name, *sock.getsockname()[:2])
             self.children = self._children()
             for child in self.children:
                 child.start()
-            ready = [os.path.join(self.runtime_dir, f"router-{i}.ready") for i in range(self.config.routers)]
+            ready = [self.runtime.file(f"router-{i}.ready") for i in range(self.config.routers)]
             published = False
             while not self._stopping:
                 self._watch()
@@ -141,8 +259,7 @@ class Supervisor:
             self._stop_all()
             for sock in self.listeners.values():
                 sock.close()
-            if self._own_dir:
-                shutil.rmtree(self.runtime_dir, ignore_errors=True)
+            self.runtime.release()
         log.info("stopped")
         return 0
 
@@ -189,3 +306,17 @@ class Supervisor:
             process.kill()
             process.wait()
         log.info("%s exited with status %s", child.name, process.returncode)
+
+
+def _bind_failure(protocol: str, host: str, port: int, err: OSError) -> str:
+    """Why ``protocol`` cannot listen on ``host:port``, and which setting to change."""
+    where = f"cannot listen for {protocol} on {host}:{port}"
+    if err.errno == errno.EADDRINUSE:
+        return (f"{where}: address already in use (another server running? pick another port "
+                f"with --{protocol}-port)")
+    if err.errno == errno.EADDRNOTAVAIL:
+        return f"{where}: {host} is not an address of this machine (pick another with --bind)"
+    if err.errno == errno.EACCES:
+        return (f"{where}: permission denied (ports below 1024 need privileges; pick another port "
+                f"with --{protocol}-port)")
+    return f"{where}: {_reason(err)}"

@@ -29,13 +29,25 @@ class LeaseExpired(Exception):
 
 
 def load_handler(spec: str) -> Handler:
-    """``package.module:function`` to the function."""
+    """``package.module:function`` to the function; ``ValueError`` (one line
+    saying what to fix) when it cannot be had, so the command need not show a
+    traceback for a typo."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise ValueError(f"expected module:function, got {spec!r}")
-    handler = getattr(importlib.import_module(module_name), attr)
+        raise ValueError(f"expected module:function (e.g. tasks:shout), got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"cannot import module {module_name!r} for {spec}: {err} (run from its "
+                         f"directory or add it to PYTHONPATH)") from None
+    except Exception as err:
+        raise ValueError(f"importing module {module_name!r} for {spec} failed: "
+                         f"{type(err).__name__}: {err}") from None
+    handler = getattr(module, attr, None)
+    if handler is None:
+        raise ValueError(f"module {module_name!r} has no function {attr!r} (check the name in {spec})")
     if not callable(handler):
-        raise ValueError(f"{spec} is not callable")
+        raise ValueError(f"{spec} is not a function (it is of type {type(handler).__name__})")
     return handler
 
 
@@ -84,6 +96,8 @@ class Worker:
         return self.processed
 
     def process(self, job: Job) -> None:
+        """Run the handler on ``job`` and report it; logs one line per job
+        (queue, id, outcome, milliseconds) so an operator can follow the work."""
         ttr_ms = self._ttr(job)
         started = time.monotonic()
         try:
@@ -91,25 +105,33 @@ class Worker:
                 result = _as_bytes(self.handler(job))
             ok = True
         except LeaseExpired:
-            log.warning("job %s outlived its TTR of %s ms; leaving it to the server", job.id, ttr_ms)
+            _log_job(job, started, logging.WARNING, f"outlived its TTR of {ttr_ms} ms; left to the server")
             return
         except Exception:
             result = traceback.format_exc().encode()
             ok = False
         self.processed += 1
         if ttr_ms and (time.monotonic() - started) * 1000 >= ttr_ms:
-            log.warning("job %s finished after its TTR; not reporting it", job.id)
+            _log_job(job, started, logging.WARNING, "finished after its TTR; not reported")
             return
         try:
             (self.client.complete if ok else self.client.fail)(job.id, result)
         except WorkqError as err:
-            log.warning("reporting job %s failed: %s", job.id, err)
+            _log_job(job, started, logging.WARNING, f"{'completed' if ok else 'failed'}, but reporting "
+                                                    f"it failed: {err}")
+            return
+        _log_job(job, started, logging.INFO, "completed" if ok else "failed")
 
     def _ttr(self, job: Job) -> int:
         try:
             return int(self.client.inspect_job(job.id)["ttr"])
         except (WorkqError, KeyError, ValueError):
             return 0
+
+
+def _log_job(job: Job, started: float, level: int, outcome: str) -> None:
+    log.log(level, "queue %s job %s %s in %.1f ms", job.name, job.id, outcome,
+            (time.monotonic() - started) * 1000)
 
 
 class _deadline:

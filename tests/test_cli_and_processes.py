@@ -4,17 +4,9 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
-import sys
 
-
-from serverproc import ServerProcess
+from serverproc import ServerProcess, run_cli
 from wire import Wire, add, new_id
-
-
-def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "queueserver", *args], capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def test_serve_help_lists_every_option():
@@ -22,7 +14,8 @@ def test_serve_help_lists_every_option():
     assert result.returncode == 0
     for flag in ("--shards", "--bind", "--workq-port", "--runtime-dir", "--log-level", "--config",
                  "--takeanumber-port", "--goqueue-port", "--queued-port", "--taskflux-port",
-                 "--allow-dups", "--reservation-timeout"):
+                 "--allow-dups", "--reservation-timeout", "--takeanumber-empty-error", "--max-payload",
+                 "--max-connections", "--max-outstanding-bytes", "--max-queues", "--queue-idle-timeout"):
         assert flag in result.stdout
 
 
@@ -102,6 +95,7 @@ def test_deploy_example_config_loads():
     from queueserver.config import Config
     path = os.path.join(os.path.dirname(__file__), "..", "deploy", "queueserver.toml")
     config = Config.load(path)
+    assert config == Config(shards=config.shards, runtime_dir="/run/queueserver", listeners=config.listeners)
     assert config.listeners["workq"].port == 9922
     assert config.listeners["queued"].options == {"allow_dups": False}
     assert config.listeners["takeanumber"].options == {"reservation_timeout": 0}
