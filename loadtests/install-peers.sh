@@ -1,62 +1,72 @@
 #!/usr/bin/env bash
-# Install the two peer servers the benchmark compares against: beanstalkd and
-# redis-server, from Debian's packages.
+# Fetch the two peer servers the benchmark compares against, beanstalkd and
+# redis-server, from Debian's packages, unpacked under a local directory
+# (loadtests/.peers/ by default, git-ignored; PEERS_DIR overrides it).
 #
-# Why a script: the bench must run on a fresh machine, so the project itself
-# has to bring its peers. It is idempotent (does nothing when both binaries
-# are already on PATH) and leaves no system service running: the benchmark
-# starts its own private instances on free loopback ports, and a packaged
-# service listening on 6379/11300 would only skew the CPU figures.
+# Why local: the bench must run on a fresh machine, so the project brings its
+# own peers, but it has no business changing the system. Nothing is installed:
+# `apt-get download` fetches the .deb files and `dpkg -x` unpacks them, so no
+# package is registered with dpkg, no maintainer script runs, no service is
+# started or enabled and no file lands outside PEERS_DIR. The bench runs the
+# binaries from there (with the unpacked libraries on LD_LIBRARY_PATH), as
+# private instances on free loopback ports. Idempotent: does nothing when both
+# binaries are already unpacked.
 set -euo pipefail
 
-need=()
-command -v beanstalkd >/dev/null 2>&1 || need+=(beanstalkd)
-command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
-if [ "${#need[@]}" -eq 0 ]; then
+here=$(cd "$(dirname "$0")" && pwd)
+dest=${PEERS_DIR:-$here/.peers}
+root=$dest/root
+packages=(beanstalkd redis-server)
+
+if [ -x "$root/usr/bin/beanstalkd" ] && [ -x "$root/usr/bin/redis-server" ]; then
     exit 0
 fi
-
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-    SUDO="sudo"
-fi
-
-# Forbid maintainer scripts from starting services while we install
-# (policy-rc.d exit 101 = "action not allowed"). Only a file we create is
-# removed again.
-POLICY=/usr/sbin/policy-rc.d
-created_policy=""
-if [ ! -e "$POLICY" ]; then
-    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$POLICY" >/dev/null
-    $SUDO chmod 755 "$POLICY"
-    created_policy=1
-fi
-cleanup() {
-    if [ -n "$created_policy" ]; then
-        $SUDO rm -f "$POLICY"
-    fi
-}
-trap cleanup EXIT
-
-echo "install-peers: installing ${need[*]}" >&2
-$SUDO apt-get update -q
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends beanstalkd redis-server
-
-# Belt and braces: if a service got started or enabled anyway, stop and
-# disable it. None of these may fail the install.
-for service in beanstalkd redis-server; do
-    if command -v systemctl >/dev/null 2>&1; then
-        # Works offline too (no systemd running): it removes the symlinks.
-        $SUDO systemctl disable "$service" >/dev/null 2>&1 || true
-    fi
-    if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
-        $SUDO systemctl stop "$service" >/dev/null 2>&1 || true
-    elif command -v service >/dev/null 2>&1; then
-        $SUDO service "$service" stop >/dev/null 2>&1 || true
-    fi
-    if command -v update-rc.d >/dev/null 2>&1; then
-        $SUDO update-rc.d "$service" disable >/dev/null 2>&1 || true
+for tool in apt-get dpkg; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        echo "install-peers: needs $tool (a Debian or Ubuntu system) to fetch ${packages[*]}" >&2
+        exit 1
     fi
 done
 
-command -v beanstalkd >/dev/null && command -v redis-server >/dev/null
+# apt's own answer to "what would installing these add to this system":
+# the packages plus the libraries this system lacks. Only a simulation, so it
+# needs no root and changes nothing.
+plan() {
+    apt-get install --simulate --no-install-recommends "${packages[@]}" 2>/dev/null \
+        | awk '/^Inst /{print $2}'
+}
+if ! apt-get install --simulate --no-install-recommends "${packages[@]}" >/dev/null 2>&1; then
+    # No package lists yet (a fresh container): fetch them. This reads the
+    # archive's indexes; it installs nothing.
+    sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        sudo="sudo"
+    fi
+    echo "install-peers: apt-get update (package lists are missing)" >&2
+    $sudo apt-get update -q
+fi
+# The peers themselves always (even if the system has them installed), their
+# missing dependencies as apt resolves them.
+mapfile -t needed < <({ printf '%s\n' "${packages[@]}"; plan; } | sort -u)
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/qs-peers.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/debs" "$work/root"
+chmod 755 "$work" && chmod 777 "$work/debs"   # apt downloads as its own user (_apt)
+echo "install-peers: downloading ${needed[*]} into $dest" >&2
+(cd "$work/debs" && apt-get download -q "${needed[@]}")
+for deb in "$work"/debs/*.deb; do
+    dpkg -x "$deb" "$work/root"
+done
+# Debian links redis-server to redis-check-rdb; keep every link inside the tree.
+find "$work/root" -type l -lname '/*' | while read -r link; do
+    target=$(readlink "$link")
+    ln -sfn "$(realpath -m --relative-to="$(dirname "$link")" "$work/root$target")" "$link"
+done
+
+mkdir -p "$dest"
+printf '# downloaded by install-peers.sh\n*\n' > "$dest/.gitignore"
+rm -rf "$root"
+mv "$work/root" "$root"
+test -x "$root/usr/bin/beanstalkd" && test -x "$root/usr/bin/redis-server"
+echo "install-peers: beanstalkd and redis-server are in $root" >&2

@@ -3,8 +3,10 @@
 Why private instances: the bench compares our server with its peers in one
 run on one machine, so each peer gets a fresh process on a free loopback
 port, in memory only (beanstalkd without a binlog, Redis without RDB or
-AOF), in a temporary directory, and is always stopped again. The peers are
-installed from Debian's packages by ``install-peers.sh`` when missing.
+AOF), in a temporary directory, and is always stopped again. The peers'
+Debian packages are fetched and unpacked under ``loadtests/.peers/`` by
+``install-peers.sh`` when missing (nothing is installed on the system), and
+run from there.
 
 :class:`ServerUnderTest` is the shape the bench needs from every server,
 ours included: a wire protocol and port, the pids whose CPU and memory to
@@ -25,6 +27,9 @@ from typing import Callable, Dict, List, Optional
 HOST = "127.0.0.1"
 HERE = os.path.dirname(os.path.abspath(__file__))
 INSTALL_SCRIPT = os.path.join(HERE, "install-peers.sh")
+#: Where install-peers.sh unpacks the peers' packages (QS_PEERS_DIR overrides it).
+PEERS_DIR = os.environ.get("QS_PEERS_DIR") or os.path.join(HERE, ".peers")
+PEERS_ROOT = os.path.join(PEERS_DIR, "root")
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 PR_SET_PDEATHSIG = 1
@@ -49,6 +54,21 @@ def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None]:
         except (OSError, AttributeError):
             pass
     return arm
+
+
+def peer_binary(name: str) -> str:
+    """The unpacked binary of peer ``name`` (beanstalkd, redis-server)."""
+    return os.path.join(PEERS_ROOT, "usr", "bin", name)
+
+
+def peer_env() -> Dict[str, str]:
+    """The environment a peer runs in: its unpacked libraries found first."""
+    tops = (os.path.join(PEERS_ROOT, "usr", "lib"), os.path.join(PEERS_ROOT, "lib"))
+    libs = sorted({path for top in tops for path, _, files in os.walk(top)
+                   if any(f.endswith(".so") or ".so." in f for f in files)})
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(libs + [p for p in [env.get("LD_LIBRARY_PATH")] if p])
+    return env
 
 
 def wait_listening(port: int, process: subprocess.Popen, what: str,
@@ -85,14 +105,14 @@ class ServerUnderTest:
         assert self.process is not None
         return {self.protocol: self.process.pid}
 
-    def _spawn(self, argv: List[str], log_name: str) -> subprocess.Popen:
+    def _spawn(self, argv: List[str], log_name: str, env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
         log = open(os.path.join(self.tmp, log_name), "wb")
         try:
             # A session of its own: a Ctrl-C in the terminal reaches only the
             # bench, which then stops this server in order.
             self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True,
-                                            preexec_fn=die_with_parent(), cwd=self.tmp)
+                                            preexec_fn=die_with_parent(), cwd=self.tmp, env=env)
         finally:
             log.close()
         return self.process
@@ -131,10 +151,11 @@ class Beanstalkd(ServerUnderTest):
     protocol = "beanstalkd"
 
     def start(self) -> "Beanstalkd":
-        self.version = _version(["beanstalkd", "-v"]).replace("beanstalkd", "").strip()
+        binary = peer_binary("beanstalkd")
+        self.version = _version([binary, "-v"]).replace("beanstalkd", "").strip()
         self.port = free_port()
         # No -b: jobs live in memory only, like ours and Redis here.
-        process = self._spawn(["beanstalkd", "-l", HOST, "-p", str(self.port)], "beanstalkd.log")
+        process = self._spawn([binary, "-l", HOST, "-p", str(self.port)], "beanstalkd.log", peer_env())
         wait_listening(self.port, process, "beanstalkd")
         return self
 
@@ -144,13 +165,14 @@ class Redis(ServerUnderTest):
     protocol = "redis"
 
     def start(self) -> "Redis":
-        version = _version(["redis-server", "--version"])   # "Redis server v=7.0.15 sha=..."
+        binary = peer_binary("redis-server")
+        version = _version([binary, "--version"])   # "Redis server v=7.0.15 sha=..."
         self.version = version.split("v=", 1)[1].split()[0] if "v=" in version else version
         self.port = free_port()
-        argv = ["redis-server", "--bind", HOST, "--port", str(self.port), "--save", "",
+        argv = [binary, "--bind", HOST, "--port", str(self.port), "--save", "",
                 "--appendonly", "no", "--daemonize", "no", "--protected-mode", "yes",
                 "--dir", self.tmp, "--logfile", "", "--databases", "1"]
-        process = self._spawn(argv, "redis.log")
+        process = self._spawn(argv, "redis.log", peer_env())
         wait_listening(self.port, process, "redis-server")
         return self
 
@@ -160,16 +182,20 @@ PEERS = {"beanstalkd": Beanstalkd, "redis": Redis}
 
 def _version(argv: List[str]) -> str:
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10, env=peer_env())
         return (out.stdout or out.stderr).strip().splitlines()[0]
     except (OSError, subprocess.SubprocessError, IndexError):
         return "?"
 
 
+def _unpacked() -> bool:
+    return all(os.access(peer_binary(name), os.X_OK) for name in ("beanstalkd", "redis-server"))
+
+
 def ensure_installed() -> None:
-    """Install the peers from Debian packages if their binaries are missing."""
-    if shutil.which("beanstalkd") and shutil.which("redis-server"):
+    """Fetch and unpack the peers under :data:`PEERS_DIR` if they are not there yet."""
+    if _unpacked():
         return
-    subprocess.run(["bash", INSTALL_SCRIPT], check=True)
-    if not (shutil.which("beanstalkd") and shutil.which("redis-server")):
-        raise RuntimeError("beanstalkd/redis-server still missing after install-peers.sh")
+    subprocess.run(["bash", INSTALL_SCRIPT], check=True, env={**os.environ, "PEERS_DIR": PEERS_DIR})
+    if not _unpacked():
+        raise RuntimeError(f"beanstalkd/redis-server still missing under {PEERS_ROOT} after install-peers.sh")
