@@ -10,6 +10,8 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade --quiet pip
 
+# pyproject.toml declares the build backend, so pip installs through it
+# (PEP 660 editable wheel), never through the deprecated `setup.py develop`.
 venv: $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 
@@ -27,10 +29,11 @@ loadtest: dev
 	$(BIN)/python loadtests/loadtest.py $(ARGS)
 
 # Our server (1 and N shards) against beanstalkd and Redis on loopback, one
-# table; installs the peers from Debian packages if missing.
+# table. The peers' Debian packages are downloaded and unpacked under
+# loadtests/.peers/ (git-ignored) and run from there; nothing is installed.
 # e.g. make bench ARGS="--quick" or ARGS="--only ours --json bench.json"
 bench: venv
 	$(BIN)/python loadtests/bench.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache loadtests/.peers
