@@ -32,7 +32,7 @@ import math
 import os
 import tomllib
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from .protocols import DEFAULT_PORTS
 
@@ -56,12 +56,42 @@ def _show(value: Any) -> str:
     return repr(value)
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_address(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    if value == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
+#: kind -> (does a value fit, what the message says it must be)
+KINDS: Dict[str, Tuple[Callable[[Any], bool], str]] = {
+    "int": (_is_int, "an integer"),
+    "float": (lambda v: (_is_int(v) or isinstance(v, float)) and math.isfinite(v), "a number of {unit}"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "path": (lambda v: isinstance(v, str) and v != "", "a directory path (a non-empty string)"),
+    "port": (lambda v: _is_int(v) and 0 <= v <= 65535, "a port number from 0 to 65535 (0 picks a free port)"),
+    "address": (_is_address, "an IP address such as 127.0.0.1, 0.0.0.0 or :: (or localhost)"),
+    "level": (lambda v: isinstance(v, str) and v.lower() in LOG_LEVELS, f"one of {', '.join(LOG_LEVELS)}"),
+}
+#: kind -> how a fitting value is stored
+CONVERT: Dict[str, Callable[[Any], Any]] = {"float": float, "level": str.lower}
+
+
 @dataclass(frozen=True)
 class Setting:
     """What one key accepts; the same check serves the file and the flag.
 
-    ``kind`` is one of int, float, bool, path, port, address, level.
-    ``flag``/``metavar``/``help`` describe the matching command-line flag.
+    ``kind`` is one of :data:`KINDS`. ``flag``/``metavar``/``help``
+    describe the matching command-line flag.
     """
 
     kind: str
@@ -74,63 +104,14 @@ class Setting:
 
     def check(self, name: str, value: Any) -> Any:
         """``value`` as the server uses it, or :class:`ConfigError` naming ``name``."""
-        checker = getattr(self, f"_{self.kind}")
-        return checker(name, value)
-
-    def _bounded(self, name: str, value: Any) -> Any:
+        fits, expected = KINDS[self.kind]
+        if not fits(value):
+            raise ConfigError(f"{name} must be {expected.format(unit=self.unit)}, got {_show(value)}")
         if self.minimum is not None and value < self.minimum:
             unit = f" {self.unit}" if self.unit else ""
             note = f" ({self.note})" if self.note else ""
             raise ConfigError(f"{name} must be at least {self.minimum:g}{unit}{note}, got {_show(value)}")
-        return value
-
-    def _int(self, name: str, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{name} must be an integer, got {_show(value)}")
-        return self._bounded(name, value)
-
-    def _float(self, name: str, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ConfigError(f"{name} must be a number of {self.unit or 'units'}, got {_show(value)}")
-        return float(self._bounded(name, value))
-
-    @staticmethod
-    def _bool(name: str, value: Any) -> bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{name} must be true or false, got {_show(value)}")
-        return value
-
-    @staticmethod
-    def _path(name: str, value: Any) -> str:
-        if not isinstance(value, str) or not value:
-            raise ConfigError(f"{name} must be a directory path (a non-empty string), got {_show(value)}")
-        return value
-
-    @staticmethod
-    def _port(name: str, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
-            raise ConfigError(f"{name} must be a port number from 0 to 65535 (0 picks a free port), "
-                              f"got {_show(value)}")
-        return value
-
-    @staticmethod
-    def _address(name: str, value: Any) -> str:
-        valid = isinstance(value, str)
-        if valid and value != "localhost":
-            try:
-                ipaddress.ip_address(value)
-            except ValueError:
-                valid = False
-        if not valid:
-            raise ConfigError(f"{name} must be an IP address such as 127.0.0.1, 0.0.0.0 or :: "
-                              f"(or localhost), got {_show(value)}")
-        return value
-
-    @staticmethod
-    def _level(name: str, value: Any) -> str:
-        if not isinstance(value, str) or value.lower() not in LOG_LEVELS:
-            raise ConfigError(f"{name} must be one of {', '.join(LOG_LEVELS)}, got {_show(value)}")
-        return value.lower()
+        return CONVERT.get(self.kind, lambda v: v)(value)
 
 
 #: Server-wide keys, in ``[server]`` (or at the top level); each has a flag.
