@@ -256,3 +256,31 @@ def test_debug_log_shows_connections_and_commands(started):
     log = proc.log()
     assert "opened: workq from 127.0.0.1:" in log
     assert f"add '{name}'" in log
+
+
+# ------------------------------------------------------------------- queues
+def queue_lines(w: Wire) -> list:
+    reply = w.call(b"inspect queues 0 100\r\n")
+    return [line.split(b" ")[0] for line in reply.split(b"\r\n")[1:] if line.endswith(b" 2")]
+
+
+def test_unused_queues_are_removed_after_the_idle_time(started):
+    proc = started(protocols=["workq"], shards=2, extra=["--queue-idle-timeout", "0.5"])
+    w = Wire(proc.connect())
+    empty, kept = qname("empty"), qname("kept")
+    assert w.call(f"lease {empty} 0\r\n".encode()) == b"-TIMEOUT\r\n"   # creates the queue
+    assert w.call(add(new_id(), kept)) == b"+OK\r\n"
+    assert set(queue_lines(w)) == {empty.encode(), kept.encode()}
+    wait_for(lambda: queue_lines(w) == [kept.encode()], 10, "the unused queue to go")
+
+
+def test_queue_cap_refuses_in_each_protocols_form(started):
+    proc = started(protocols=["workq", "takeanumber"], shards=1, extra=["--max-queues", "2"])
+    w = Wire(proc.connect())
+    assert w.call(add(new_id(), "one")) == b"+OK\r\n"
+    assert w.call(add(new_id(), "two")) == b"+OK\r\n"
+    assert w.call(add(new_id(), "three")) == b"-SERVER-ERROR Too many queues\r\n"
+    tan = proc.connect("takeanumber")
+    tan.sendall(b"ADD three 0 body\r\n")
+    assert tan.recv(100) == b"-ERR Too many queues\r\n"
+    assert w.call(add(new_id(), "one")) == b"+OK\r\n"     # existing queues still work
