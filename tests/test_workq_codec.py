@@ -951,6 +951,8 @@ ONE_REPLY = {
     "bad-flag-and-count": (b"add " + IDB + b" ping 1000 4 -k=\r\npong\r\n", "Invalid command flags"),
     "guessed-size-mismatch": (b"add " + IDB + b" ping 1000 60000 4 2\r\npong\r\n",
                               "Invalid command args"),
+    "dash-name-and-space-form": (b"add " + IDB + b" -abc 1000 60000 4 -priority 5\r\npong\r\n",
+                                 "Invalid command args"),
 }
 
 
@@ -1065,7 +1067,7 @@ def test_inspect_queues_reply_keeps_its_shape_with_hostile_and_empty_names():
 
 
 # ================================================================ names
-@pytest.mark.parametrize("name", ["ping", "a.b-c_D9", "x" * 255])
+@pytest.mark.parametrize("name", ["ping", "a.b-c_D9", "x" * 255, "-abc", "-"])
 def test_seed_names_are_accepted(name):
     assert one(add(name=name.encode())).key == name
 

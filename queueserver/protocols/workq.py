@@ -9,20 +9,23 @@ One request, one reply. Unlike the original, which lost pipelined input
 after a bad payload, a refused block command never lets its block be read
 as a command of its own:
 
-* Its size is the command's ``<payload-size>`` (``<result-size>``) argument
-  when the argument count is right. When the count is wrong (a name with a
-  space, ``-priority 5`` for ``-priority=5``, a missing argument), the size
-  is the last positional token before the first token that looks like a
-  flag (``-`` and a letter), or the last positional token when there is
-  none, provided it is a decimal number of at most ``max_payload``.
-* A readable size: the block and its CRLF are skipped and one error is
-  answered (``Invalid command args``, or ``Invalid command flags`` when a
-  ``-key=value`` flag is malformed). A declared size over ``max_payload``
-  with the right argument count is still readable: ``Invalid payload
-  size`` (``Invalid result size``) is answered and the bytes are skipped.
-* An unreadable size (not a decimal number; with a wrong count, also one
-  over ``max_payload``): one error is answered and parsing resumes at the
-  next line.
+* The right number of positional arguments (``-key=value`` flags aside):
+  the size is the ``<payload-size>`` (``<result-size>``) argument. Over
+  ``max_payload`` it is answered ``Invalid payload size`` (``Invalid result
+  size``) and its bytes are skipped.
+* Any other number (a name with a space, ``-priority 5`` for
+  ``-priority=5``, a missing argument): ``Invalid command args``, and the
+  size is the last token after the command word and before the first token
+  that looks like a flag (``-`` and a letter: ``-priority=5`` and
+  ``-priority`` alike; but a name in the queue name's place, as a name may
+  start with ``-``), or the line's last token when none does, if it is a
+  decimal number of at most ``max_payload``.
+* A size found: the block and its CRLF are skipped and one error is
+  answered (``Invalid command flags`` first when a ``-key=value`` flag is
+  malformed, as the original checked flags first).
+* No size found (not a decimal number; with a wrong argument count, also
+  one over ``max_payload``): one error is answered and parsing resumes at
+  the next line, which may be the block.
 * A block whose declared size does not match (no CRLF right after it) is
   skipped through the first CRLF after its start and answered once.
 
@@ -57,13 +60,20 @@ _UINT = re.compile(rb"\A\+?[0-9]+\Z")
 _INT = re.compile(rb"\A[+-]?[0-9]+\Z")
 _TIME = re.compile(rb"\A(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)Z\Z")
 
-# Commands with a data block: (positional argument count, index of the size, size error).
-_BLOCKS: Dict[bytes, Tuple[int, int, str]] = {
-    b"add": (5, 4, "Invalid payload size"),
-    b"schedule": (6, 5, "Invalid payload size"),
-    b"run": (5, 4, "Invalid payload size"),
-    b"complete": (2, 1, "Invalid result size"),
-    b"fail": (2, 1, "Invalid result size"),
+class _BlockSpec(NamedTuple):
+    """The line of a command with a data block."""
+    count: int                 # positional arguments
+    size_at: int               # index of the block size among them
+    size_error: str
+    name_at: Optional[int]     # index of the queue name (it may start with ``-``)
+
+
+_BLOCKS: Dict[bytes, _BlockSpec] = {
+    b"add": _BlockSpec(5, 4, "Invalid payload size", 1),
+    b"schedule": _BlockSpec(6, 5, "Invalid payload size", 1),
+    b"run": _BlockSpec(5, 4, "Invalid payload size", 1),
+    b"complete": _BlockSpec(2, 1, "Invalid result size", None),
+    b"fail": _BlockSpec(2, 1, "Invalid result size", None),
 }
 _JOB_FLAGS = {b"priority", b"max-attempts", b"max-fails"}
 _FLAGS = {b"add": _JOB_FLAGS, b"schedule": _JOB_FLAGS, b"run": {b"priority"}}
@@ -280,14 +290,17 @@ def _size(token: Optional[bytes]) -> Optional[int]:
     return int(token)
 
 
-def _guess_size_token(args: List[bytes]) -> Optional[bytes]:
+def _guess_size_token(line: bytes, name_at: Optional[int]) -> Optional[bytes]:
     """Where the size most likely is when the argument count is wrong: the
-    last positional token before the first one that looks like a flag."""
-    for i, token in enumerate(args):
-        if _FLAG_LIKE.match(token):
-            args = args[:i]
+    last token after the command word and before the first token that looks
+    like a flag (``-`` and a letter, ``=`` or not), as the seed puts flags
+    last; a name in the queue name's place is no flag (it may start with ``-``)."""
+    tokens = [token for token in line.split(b" ") if token][1:]
+    for i, token in enumerate(tokens):
+        if _FLAG_LIKE.match(token) and not (i == name_at and _SEED_NAME.fullmatch(token)):
+            tokens = tokens[:i]
             break
-    return args[-1] if args else None
+    return tokens[-1] if tokens else None
 
 
 class WorkqCodec(LineCodec):
@@ -320,17 +333,17 @@ class WorkqCodec(LineCodec):
         spec = _BLOCKS.get(name)
         if spec is None:
             return self._command(name, args, flags, None)
-        return self._block_head(name, args, flags, spec)
+        return self._block_head(line, name, args, flags, spec)
 
     def _discarded(self, buf: InputBuffer) -> bool:
         """Drop what is left of an oversized block; True once it is all gone."""
         self._discard -= buf.skip(self._discard)
         return not self._discard
 
-    def _block_head(self, name: bytes, args: List[bytes], flags: Optional[Dict[bytes, bytes]],
-                    spec: Tuple[int, int, str]) -> Optional[Command]:
+    def _block_head(self, line: bytes, name: bytes, args: List[bytes],
+                    flags: Optional[Dict[bytes, bytes]], spec: _BlockSpec) -> Optional[Command]:
         """Find the size of the block that follows (see the module docstring)."""
-        count, at, size_error = spec
+        count, at, size_error, name_at = spec
         bad_flags = "Invalid command flags" if flags is None else None  # reported first
         if len(args) == count:
             size = _size(args[at])
@@ -342,7 +355,7 @@ class WorkqCodec(LineCodec):
             self._pending = _Pending(name, args, flags, size, None)
             return None
         message = bad_flags or "Invalid command args"
-        size = _size(_guess_size_token(args))
+        size = _size(_guess_size_token(line, name_at))
         if size is None or size > self.max_payload:
             return _refuse(message)
         self._pending = _Pending(name, args, flags, size, message)
@@ -361,7 +374,7 @@ class WorkqCodec(LineCodec):
                 return None
             buf.skip(end + 2)
             self._pending = None
-            return _refuse(pending.error or _BLOCKS[pending.name][2])
+            return _refuse(pending.error or _BLOCKS[pending.name].size_error)
         self._pending = None
         block = buf.take(size)
         buf.skip(2)
