@@ -1,6 +1,6 @@
 """The one payload limit, and the framing rules every protocol shares, through a
 real ``queueserver serve``: each protocol takes exactly ``max_payload`` bytes
-(1048576 by default) and refuses one byte more with its own error, in step
+(1048576 by default, or as configured) and refuses one byte more with its own error, in step
 with the requests that follow (decisions file, "Every protocol")."""
 from __future__ import annotations
 
@@ -12,12 +12,18 @@ import pytest
 from serverproc import ServerProcess
 from wire import SocketReader, Wire, new_id, qname
 
-MAX_PAYLOAD = 1048576
+DEFAULT = 1048576
+
+
+@pytest.fixture(scope="module", params=[DEFAULT, 1000], ids=["default", "configured"])
+def limit(request) -> int:
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def server():
-    proc = ServerProcess(shards=1).start()
+def server(limit):
+    """A server with the default limit, and one started with ``--max-payload 1000``."""
+    proc = ServerProcess(shards=1, extra=[] if limit == DEFAULT else ["--max-payload", str(limit)]).start()
     try:
         yield proc
     finally:
@@ -51,12 +57,12 @@ def wire(server, protocol, kind):
     return kind(server.connect(protocol, timeout=30))
 
 
-def test_workq_payload_limit(server):
+def test_workq_payload_limit(server, limit):
     w = wire(server, "workq", Wire)
     try:
         q = qname()
-        for size, reply in ((MAX_PAYLOAD, b"+OK\r\n"),
-                            (MAX_PAYLOAD + 1, b"-CLIENT-ERROR Invalid payload size\r\n")):
+        for size, reply in ((limit, b"+OK\r\n"),
+                            (limit + 1, b"-CLIENT-ERROR Invalid payload size\r\n")):
             w.send(f"add {new_id()} {q} 1000 60000 {size}\r\n".encode() + b"x" * size + b"\r\n")
             assert w.reply() == reply
         assert w.call(f"inspect queue {q}\r\n".encode()) == \
@@ -65,45 +71,45 @@ def test_workq_payload_limit(server):
         w.close()
 
 
-def test_takeanumber_body_limit(server):
+def test_takeanumber_body_limit(server, limit):
     t = wire(server, "takeanumber", Lines)
     try:
         q = qname()
-        assert t.call(f"ADD {q} 0 ".encode() + b"x" * MAX_PAYLOAD + b"\r\n").startswith(b"+")
-        assert t.call(f"ADD {q} 0 ".encode() + b"x" * (MAX_PAYLOAD + 1) + b"\r\n") == \
+        assert t.call(f"ADD {q} 0 ".encode() + b"x" * limit + b"\r\n").startswith(b"+")
+        assert t.call(f"ADD {q} 0 ".encode() + b"x" * (limit + 1) + b"\r\n") == \
             b"-ERR Body too large.\r\n"
         assert t.call(f"LEN {q}\r\n".encode()) == b":1\r\n"
     finally:
         t.close()
 
 
-def test_queued_item_limit(server):
+def test_queued_item_limit(server, limit):
     c = wire(server, "queued", Lines)
     try:
         assert c.call(f"USE {qname()}\n".encode()) == b"OK\n"
-        assert c.call(b"ENQUE " + base64.b64encode(b"x" * MAX_PAYLOAD) + b"\n") == b"OK\n"
-        assert c.call(b"ENQUE " + base64.b64encode(b"y" * (MAX_PAYLOAD + 1)) + b"\n") == \
+        assert c.call(b"ENQUE " + base64.b64encode(b"x" * limit) + b"\n") == b"OK\n"
+        assert c.call(b"ENQUE " + base64.b64encode(b"y" * (limit + 1)) + b"\n") == \
             b"ERROR " + base64.b64encode(b"item too large") + b"\n"
         assert c.call(b"SIZE\n") == b"SIZE 1\n"
     finally:
         c.close()
 
 
-def test_goqueue_data_limit(server):
+def test_goqueue_data_limit(server, limit):
     def add(q: str, size: int) -> bytes:
         return b"ADD\0" + q.encode() + b"\0" + struct.pack("<III", 0, 0, size) + b"x" * size
 
     g = wire(server, "goqueue", Goqueue)
     try:
         q = qname()
-        assert g.call(add(q, MAX_PAYLOAD)).startswith(b"ADDED\0")
-        assert g.call(add(q, MAX_PAYLOAD + 1)) == \
-            b"ERROR\0Malformed ADD command: job data longer than 1048576 bytes\0"
+        assert g.call(add(q, limit)).startswith(b"ADDED\0")
+        assert g.call(add(q, limit + 1)) == \
+            f"ERROR\0Malformed ADD command: job data longer than {limit} bytes\0".encode()
     finally:
         g.close()
 
 
-def test_taskflux_data_limit(server):
+def test_taskflux_data_limit(server, limit):
     def enqueue(q: str, size: int) -> bytes:
         body = b"E" + struct.pack(">i", len(q)) + q.encode() + struct.pack(">qi", 0, size) + b"x" * size
         return b"D" + struct.pack(">i", len(body)) + body
@@ -112,13 +118,13 @@ def test_taskflux_data_limit(server):
         body = b"C" + struct.pack(">i", len(q)) + q.encode()
         return b"D" + struct.pack(">i", len(body)) + body
 
-    message = b"Data too large: at most 1048576 bytes"
+    message = f"Data too large: at most {limit} bytes".encode()
     f = wire(server, "taskflux", TaskFlux)
     try:
         q = qname()
-        assert f.call(enqueue(q, MAX_PAYLOAD)) == b"R\0\0\0\x02e\x01"
+        assert f.call(enqueue(q, limit)) == b"R\0\0\0\x02e\x01"
         body = b"E\0" + struct.pack(">i", len(message)) + message
-        assert f.call(enqueue(q, MAX_PAYLOAD + 1)) == b"R" + struct.pack(">i", len(body)) + body
+        assert f.call(enqueue(q, limit + 1)) == b"R" + struct.pack(">i", len(body)) + body
         assert f.call(count(q)) == b"R\0\0\0\x05c\0\0\0\x01"
         # the empty name, TaskFlux's own queue, stays printable over workq
         assert f.call(enqueue("", 1)) == b"R\0\0\0\x02e\x01"
