@@ -271,6 +271,11 @@ def _offset_limit(off: bytes, lim: bytes) -> Tuple[int, int]:
     return offset, limit
 
 
+def _refuse(message: str) -> Command:
+    """The codec's own ``-CLIENT-ERROR`` answer."""
+    return Command.local(client_error(message))
+
+
 class _Pending(NamedTuple):
     """A block command whose line is read and whose block is still to come.
 
@@ -322,7 +327,7 @@ class WorkqCodec(LineCodec):
         return self._block(buf)
 
     def line_too_long(self) -> Command:
-        return Command.local(client_error("Invalid command args"))
+        return _refuse("Invalid command args")
 
     def decode_line(self, line: bytes) -> Optional[Command]:
         """A command, or ``None`` once a block command's line is read (its block follows)."""
@@ -396,11 +401,6 @@ class WorkqCodec(LineCodec):
             return build(args, flags, block)
         except Invalid as err:
             return _refuse(str(err))
-
-
-def _refuse(message: str) -> Command:
-    """The codec's own ``-CLIENT-ERROR`` answer."""
-    return Command.local(client_error(message))
 
 
 # ----------------------------------------------------------------- builders
