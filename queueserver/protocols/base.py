@@ -129,6 +129,12 @@ class StreamCodec(ABC):
     #: connection that leased it closes (goqueue, as beanstalkd does).
     leases_end_with_connection = False
 
+    @staticmethod
+    @abstractmethod
+    def refusal(message: str) -> bytes:
+        """The error a connection the server will not serve gets before it is
+        closed (too many clients, no descriptor left), in the protocol's form."""
+
     def __init__(self) -> None:
         self.buffer = InputBuffer()
         self._closed = False

@@ -144,6 +144,10 @@ class GoqueueCodec(StreamCodec):
 
     leases_end_with_connection = True
 
+    @staticmethod
+    def refusal(message: str) -> bytes:
+        return error(message)
+
     def __init__(self, max_name: int = MAX_NAME, *, max_payload: int = MAX_PAYLOAD,
                  **options) -> None:
         super().__init__()

@@ -116,6 +116,10 @@ class QueuedCodec(LineCodec):
     defaults to what an item of ``max_payload`` bytes needs.
     """
 
+    @staticmethod
+    def refusal(message: str) -> bytes:
+        return error(message.encode())
+
     def __init__(self, allow_dups: bool = False, max_line: Optional[int] = None, *,
                  max_payload: int = MAX_PAYLOAD) -> None:
         super().__init__(line_limit(max_payload) if max_line is None else max_line)

@@ -121,6 +121,10 @@ class TakeANumberCodec(LineCodec):
     defaults to ``max_payload`` plus the rest of an ADD line.
     """
 
+    @staticmethod
+    def refusal(message: str) -> bytes:
+        return error(message)
+
     def __init__(self, reservation_timeout: int = 0, max_line: Optional[int] = None, *,
                  max_payload: int = MAX_PAYLOAD, empty_reserve_error: bool = False) -> None:
         super().__init__(max_payload + LINE_SLACK if max_line is None else max_line)

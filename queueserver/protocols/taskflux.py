@@ -200,6 +200,10 @@ class TaskFluxCodec(StreamCodec):
     for the rest of an Enqueue.
     """
 
+    @staticmethod
+    def refusal(message: str) -> bytes:
+        return transport_error(message)
+
     def __init__(self, max_body: Optional[int] = None, *, max_payload: int = MAX_PAYLOAD,
                  **options) -> None:
         super().__init__()

@@ -311,6 +311,10 @@ def _guess_size_token(line: bytes, name_at: Optional[int]) -> Optional[bytes]:
 class WorkqCodec(LineCodec):
     """Decodes one connection's workq byte stream into :class:`Command` objects."""
 
+    @staticmethod
+    def refusal(message: str) -> bytes:
+        return render_ok([S.SERVER_ERROR, message])
+
     def __init__(self, max_payload: int = MAX_PAYLOAD, max_line: int = MAX_LINE) -> None:
         super().__init__(max_line)
         self.max_payload = max_payload

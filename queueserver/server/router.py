@@ -31,7 +31,6 @@ from gevent import socket
 
 from ..engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR, Reply
 from ..protocols import codec_class as load_codec
-from ..protocols.refusal import refusal
 from ..protocols.base import ALL, BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, Command
 from .connection import ClientConnection
 from .directory import SHARED, JobDirectory
@@ -107,12 +106,12 @@ class Router:
                     return  # another router took it, or none is left
                 except OSError as err:
                     if err.errno in _NO_DESCRIPTORS:
-                        self._out_of_descriptors(protocol, raw, watcher, accept, err)
+                        self._out_of_descriptors(protocol, codec_class, raw, watcher, accept, err)
                     else:
                         self._note_refusal(f"accept on {protocol} failed: {err}")
                     return
                 if self.clients >= self.max_connections:
-                    self._refuse(conn, protocol, "Too many connections")
+                    self._refuse(conn, codec_class, "Too many connections")
                     self._note_refusal(f"{self.max_connections} clients connected (max_connections): "
                                        f"refusing new {protocol} connections")
                     continue
@@ -134,11 +133,11 @@ class Router:
 
     # ------------------------------------------------------------ refusing
     @staticmethod
-    def _refuse(conn: stdsocket.socket, protocol: str, message: str) -> None:
+    def _refuse(conn: stdsocket.socket, codec_class: Any, message: str) -> None:
         """Answer a connection we will not serve with its protocol's error, then close it."""
         try:
             conn.setblocking(False)
-            conn.send(refusal(protocol, message))
+            conn.send(codec_class.refusal(message))
         except OSError:
             pass
         conn.close()
@@ -152,7 +151,8 @@ class Router:
             self._refused = 0
             self._refusal_logged = now
 
-    def _out_of_descriptors(self, protocol: str, raw, watcher, accept, err: OSError) -> None:
+    def _out_of_descriptors(self, protocol: str, codec_class: Any, raw, watcher, accept,
+                            err: OSError) -> None:
         """No descriptor for a new connection: refuse the waiting ones with
         the spare descriptor; if even that fails, rest the accept loop."""
         self._note_refusal(f"out of file descriptors ({os.strerror(err.errno)}): refusing {protocol} "
@@ -165,7 +165,7 @@ class Router:
             except OSError:
                 conn = None   # none was waiting after all (accept checks descriptors first)
             else:
-                self._refuse(conn, protocol, "Out of file descriptors")
+                self._refuse(conn, codec_class, "Out of file descriptors")
             self._spare = _spare_descriptor()
             if self._spare is not None:
                 if conn is not None:
