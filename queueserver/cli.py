@@ -76,7 +76,7 @@ def _worker_parser(sub: Any) -> None:
 
 def _work(args: argparse.Namespace) -> int:
     from .client import Client
-    from .worker import Worker, load_handler
+    from .client.worker import Worker, load_handler
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s worker %(levelname)s %(message)s")
     sys.path.insert(0, ".")

@@ -184,7 +184,7 @@ class Supervisor:
         python = sys.executable
         level = config.log_level
         sockets = [self.runtime.file(f"shard-{i}.sock") for i in range(config.shards)]
-        children = [Child(f"shard-{i}", [python, "-m", "queueserver.server.shard", "--index", str(i),
+        children = [Child(f"shard-{i}", [python, "-m", "queueserver.shard", "--index", str(i),
                                          "--socket", path, "--max-queues", str(config.shard_max_queues()),
                                          "--queue-idle-timeout", repr(config.queue_idle_timeout),
                                          "--log-level", level])
@@ -201,7 +201,7 @@ class Supervisor:
                 "ready_file": self.runtime.file(f"router-{i}.ready"),
             }
             name = "router" if config.routers == 1 else f"router-{i}"
-            children.append(Child(name, [python, "-m", "queueserver.server.router",
+            children.append(Child(name, [python, "-m", "queueserver.router",
                                          "--config", json.dumps(router_config), "--log-level", level],
                                   pass_fds=tuple(fds.values())))
         return children

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from queueserver.server.router import shard_for
+from queueserver.router import shard_for
 from serverproc import ServerProcess
 from wire import (SocketReader, add as workq_add, connection_fixture, names_on_distinct_shards,
                   new_id, qname, workq_wire)

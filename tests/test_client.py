@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from queueserver.client import Client, ClientError, ConnectionLost, Job, NotFound, Result, TimedOut
-from queueserver.worker import Worker
+from queueserver.client import Worker
 from serverproc import ServerProcess
 
 import worker_jobs

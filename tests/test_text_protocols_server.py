@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from queueserver.server.router import shard_for
+from queueserver.router import shard_for
 from serverproc import ServerProcess
 from wire import (SocketReader, Wire, add, connection_fixture, inspect_field, names_on_distinct_shards,
                   new_id, qname, workq_wire)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from queueserver.server.router import shard_for
+from queueserver.router import shard_for
 from serverproc import ServerProcess
 from wire import (Wire, add, connection_fixture, inspect_field, names_on_distinct_shards, new_id,
                   qname, workq_wire)

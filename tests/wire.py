@@ -21,7 +21,7 @@ def qname(prefix: str = "q") -> str:
 
 def names_on_distinct_shards(shards: int, count: int):
     """Queue names that hash to ``count`` different shards (at most ``shards``)."""
-    from queueserver.server.router import shard_for
+    from queueserver.router import shard_for
     found = {}
     i = 0
     while len(found) < min(count, shards):

@@ -35,7 +35,7 @@ from ..protocols.base import ALL, BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, Command
 from .connection import ClientConnection
 from .directory import SHARED, JobDirectory
 from .fanout import FirstFound, Gather, SpreadLease, give_back, ignore
-from .lifecycle import setup_logging, stop_event
+from ..lifecycle import setup_logging, stop_event
 from .shardlink import ShardLink
 
 log = logging.getLogger("queueserver.router")
@@ -405,5 +405,3 @@ def main(argv=None) -> None:
     log.info("router exiting")
 
 
-if __name__ == "__main__":
-    main()

@@ -14,7 +14,7 @@ import gevent
 from gevent import socket
 
 from ..engine.status import SERVER_ERROR, Reply
-from .channel import FrameChannel
+from ..net.channel import FrameChannel
 
 log = logging.getLogger("queueserver.router")
 

@@ -27,7 +27,7 @@ import gevent
 
 from ..engine.status import SERVER_ERROR, Reply
 from ..protocols.base import LOCAL, Command
-from .channel import RECV_SIZE, BatchWriter
+from ..net.channel import RECV_SIZE, BatchWriter
 
 log = logging.getLogger("queueserver.router")
 

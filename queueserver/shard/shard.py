@@ -27,8 +27,8 @@ from gevent.event import Event
 
 from ..engine import Engine
 from ..engine.status import SERVER_ERROR
-from .channel import FrameChannel
-from .lifecycle import setup_logging, stop_event
+from ..net.channel import FrameChannel
+from ..lifecycle import setup_logging, stop_event
 
 log = logging.getLogger("queueserver.shard")
 
@@ -183,5 +183,3 @@ def main(argv=None) -> None:
     log.info("shard %d exiting", args.index)
 
 
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,3 @@
+from .router import main
+
+main()

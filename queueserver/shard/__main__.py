@@ -1,0 +1,3 @@
+from .shard import main
+
+main()
