@@ -82,7 +82,7 @@ def name_token(name: str) -> str:
 class Command:
     """One decoded request: an engine operation, where to send it, how to answer."""
 
-    __slots__ = ("op", "args", "route", "key", "render", "reply", "close", "new_id")
+    __slots__ = ("op", "args", "route", "key", "render", "reply", "close", "new_id", "start")
 
     def __init__(self, op: Optional[str], args: Sequence[Any] = (), route: int = LOCAL,
                  key: Any = None, render: Optional[Render] = None, reply: bytes = b"",
@@ -95,6 +95,7 @@ class Command:
         self.reply = reply          # the answer of a LOCAL command
         self.close = close          # close the connection after answering
         self.new_id = new_id        # the UUID this command creates, or SERVER_ID
+        self.start = 0              # stream offset of its first byte (set by StreamCodec)
 
     @classmethod
     def local(cls, reply: bytes, close: bool = False) -> "Command":
@@ -150,6 +151,7 @@ class StreamCodec(ABC):
             command = self.decode_next(buf)
             if command is None:
                 return commands
+            command.start = buf.base + buf.mark
             commands.append(command)
             if command.close:
                 self._closed = True
@@ -158,22 +160,46 @@ class StreamCodec(ABC):
 
     @abstractmethod
     def decode_next(self, buf: "InputBuffer") -> Optional[Command]:
-        """The next whole command at the front of ``buf`` (consumed), or ``None``."""
+        """The next whole command at the front of ``buf`` (consumed), or ``None``.
+
+        Where a command's own bytes begin (after any bytes skipped to
+        resynchronise), the codec sets ``buf.mark = buf.pos``: a connection
+        can then be moved to another process from that command on
+        (:meth:`unread`)."""
+
+    def unread(self, command: Command) -> bytes:
+        """Every byte received from ``command``'s first one on: what another
+        process's codec decodes, from :meth:`state_at`, to go on exactly here."""
+        buf = self.buffer
+        return bytes(buf.data[command.start - buf.base:])
+
+    def state_at(self, command: Command) -> dict:
+        """What this codec remembers between commands, as it was before
+        ``command`` (plain data, for :meth:`restore`); most remember nothing."""
+        return {}
+
+    def restore(self, state: dict) -> None:
+        """Take up the state :meth:`state_at` gave."""
 
 
 class InputBuffer:
     """Bytes received but not yet decoded, consumed from the front."""
 
-    __slots__ = ("data", "pos")
+    __slots__ = ("data", "pos", "mark", "base")
 
     def __init__(self) -> None:
         self.data = bytearray()
         self.pos = 0
+        self.mark = 0    # where the command being decoded began: kept until it is whole
+        self.base = 0    # stream offset of ``data[0]``
 
     def feed(self, chunk: bytes) -> None:
-        if self.pos and self.pos >= len(self.data) // 2:
-            del self.data[:self.pos]
-            self.pos = 0
+        cut = min(self.pos, self.mark)
+        if cut and cut >= len(self.data) // 2:
+            del self.data[:cut]
+            self.pos -= cut
+            self.mark -= cut
+            self.base += cut
         self.data += chunk
 
     def __len__(self) -> int:

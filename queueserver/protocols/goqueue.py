@@ -183,6 +183,7 @@ class GoqueueCodec(StreamCodec):
 
     def _next(self, buf: InputBuffer) -> Optional[Command]:
         if self._word is None:
+            buf.mark = buf.pos
             try:
                 word = self._string(buf, MAX_WORD)
             except _TooLong:

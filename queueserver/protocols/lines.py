@@ -24,9 +24,12 @@ class LineCodec(StreamCodec):
 
     def decode_next(self, buf: InputBuffer) -> Optional[Command]:
         if self._resync:
-            if not buf.drop_line():
+            dropped = buf.drop_line()
+            buf.mark = buf.pos   # nothing dropped is kept for a move
+            if not dropped:
                 return None
             self._resync = False
+        buf.mark = buf.pos
         try:
             line = buf.line(self.max_line)
         except LineTooLong:

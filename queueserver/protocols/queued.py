@@ -160,6 +160,14 @@ class QueuedCodec(LineCodec):
             return self._use(data)
         return Command.local(error(b"bad command recieved, '" + command + b"'"))
 
+    def state_at(self, command: Command) -> dict:
+        """The queue in use: every queue command names it (``USE`` names the
+        one it switches to, and sets it again when decoded anew)."""
+        return {"queue": command.key}
+
+    def restore(self, state: dict) -> None:
+        self.queue = state.get("queue", DEFAULT_QUEUE)
+
     def _use(self, data: Optional[bytes]) -> Command:
         if data is None:
             return Command.local(error(b"Must supply a queue name"))

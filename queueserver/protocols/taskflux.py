@@ -216,6 +216,7 @@ class TaskFluxCodec(StreamCodec):
     def decode_next(self, buf: InputBuffer) -> Optional[Command]:
         if not buf:
             return None
+        buf.mark = buf.pos
         marker = buf.data[buf.pos]
         if marker != REQUEST:
             return self._fatal(f"Unknown packet marker 0x{marker:02x}")

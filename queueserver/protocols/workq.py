@@ -347,6 +347,7 @@ class WorkqCodec(LineCodec):
     def _discarded(self, buf: InputBuffer) -> bool:
         """Drop what is left of an oversized block; True once it is all gone."""
         self._discard -= buf.skip(self._discard)
+        buf.mark = buf.pos   # nothing dropped is kept for a move
         return not self._discard
 
     def _block_head(self, line: bytes, name: bytes, args: List[bytes],

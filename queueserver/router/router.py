@@ -403,5 +403,3 @@ def main(argv=None) -> None:
     stop.wait()
     router.stop()
     log.info("router exiting")
-
-

@@ -181,5 +181,3 @@ def main(argv=None) -> None:
     if os.path.exists(args.socket):
         os.unlink(args.socket)
     log.info("shard %d exiting", args.index)
-
-
