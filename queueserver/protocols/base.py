@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable, List, Optional, Sequence
 
 from ..engine.job import UNLIMITED_ATTEMPTS
-from ..engine.status import Reply
+from ..engine.status import OK, Reply
 
 # How the router finds the shard(s) for a command.
 LOCAL = 0      # answered by the codec itself (``reply`` is ready)
@@ -23,6 +23,22 @@ BY_NUMBER = 4  # ``key`` is a job's 64-bit number
 ALL = 5        # every shard answers; the router merges the answers
 
 Render = Callable[[Reply], bytes]
+
+
+def renderer(on_ok: Callable[[Any], bytes], on_error: Callable[..., bytes]) -> Callable[..., bytes]:
+    """A command's ``render``: an OK reply's value goes to ``on_ok``, any other
+    reply to ``on_error``, the protocol's error form for it.
+
+    Keyword arguments the renderer is called with (what the command knew,
+    e.g. its queue name, bound with :func:`functools.partial`) go to
+    ``on_error`` along with the reply.
+    """
+    def render(reply: Reply, **context: Any) -> bytes:
+        if reply[0] == OK:
+            return on_ok(reply[1])
+        return on_error(reply, **context)
+    return render
+
 
 #: ``Command.new_id`` of a command whose job id the server makes (a UUIDv4):
 #: the router fills it in as the first argument.
@@ -256,8 +272,3 @@ class InputBuffer:
 class LineTooLong(Exception):
     pass
 
-
-def render_error_status(reply: Reply, forms: dict) -> bytes:
-    """Look up a reply's status in a protocol's table of error forms."""
-    form = forms[reply[0]]
-    return form.format(reply[1]).encode() if "{}" in form else form.encode()

@@ -60,7 +60,7 @@ from ..engine import status as S
 from ..engine.status import Reply
 from . import ordering
 from .base import (BY_NAME, BY_NUMBER, MAX_PAYLOAD, QUEUE_NAME_RULE, Command, InputBuffer,
-                   StreamCodec, new_job, valid_queue_name)
+                   StreamCodec, new_job, renderer, valid_queue_name)
 
 MAX_WORD = 64             # a command word longer than this is not one
 MAX_NAME = 65536          # bytes scanned for a queue name's NUL before the framing is lost
@@ -89,28 +89,22 @@ def _failure(reply: Reply, fallback: str) -> bytes:
     return error(fallback)
 
 
-def render_added(reply: Reply, name: str = "") -> bytes:
-    """``ADDED\\0`` and the new job's number (``reply[1]`` is ``[id, number]``)."""
-    if reply[0] != S.OK or not reply[1]:
-        return _failure(reply, f"Error adding new job to queue {name}")
-    return b"ADDED\0" + _U64.pack(reply[1][1])
+def _add_failure(reply: Reply, name: str = "") -> bytes:
+    return _failure(reply, f"Error adding new job to queue {name}")
 
 
-def render_deleted(reply: Reply, id: int = 0) -> bytes:
-    if reply[0] == S.OK:
-        return OK_REPLY
+def _delete_failure(reply: Reply, id: int = 0) -> bytes:
     if reply[0] == S.NOT_FOUND:
         return error(f"Job {id} already deleted")
     return _failure(reply, f"Failed to delete job {id}")
 
 
-def render_reserved(reply: Reply) -> bytes:
+def _reserve_failure(reply: Reply) -> bytes:
+    return TIMEOUT_REPLY if reply[0] == S.TIMEOUT else _failure(reply, "Failed to reserve job")
+
+
+def _reserved(view: list) -> bytes:
     """A leased job: ``lease_view = [id, name, payload, number, priority, ttr_ms, ...]``."""
-    if reply[0] == S.TIMEOUT:
-        return TIMEOUT_REPLY
-    if reply[0] != S.OK:
-        return _failure(reply, "Failed to reserve job")
-    view = reply[1]
     payload, number, priority, ttr = view[2], view[3], view[4], view[5]
     ttp = min(max(ttr // 1000, 0), ordering.U32_MAX)
     return b"".join((
@@ -122,6 +116,14 @@ def render_reserved(reply: Reply) -> bytes:
         _U32.pack(len(payload)),
         payload,
     ))
+
+
+#: ``ADDED\0`` and the new job's number (the value is ``[id, number]``);
+#: called with the queue's ``name`` for the error.
+render_added = renderer(lambda added: b"ADDED\0" + _U64.pack(added[1]), _add_failure)
+#: Called with the job number ``id`` for the error.
+render_deleted = renderer(lambda _: OK_REPLY, _delete_failure)
+render_reserved = renderer(_reserved, _reserve_failure)
 
 
 # ------------------------------------------------------------------ parsing

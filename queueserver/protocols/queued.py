@@ -36,7 +36,7 @@ from typing import Optional
 
 from ..engine import status as S
 from ..engine.status import Reply
-from .base import BY_NAME, MAX_PAYLOAD, Command, new_job, valid_queue_name
+from .base import BY_NAME, MAX_PAYLOAD, Command, new_job, renderer, valid_queue_name
 from .lines import LineCodec
 
 
@@ -85,26 +85,12 @@ def _error(reply: Reply) -> bytes:
     return error((str(reply[1]) or "internal error").encode())
 
 
-def render_ok(reply: Reply) -> bytes:
-    """``add`` (kept or dropped as a duplicate) and ``create_queue`` -> ``OK``."""
-    return OK_REPLY if reply[0] == S.OK else _error(reply)
-
-
-def render_item(reply: Reply) -> bytes:
-    """``take`` -> ``ITEM <b64>``, or the queue-is-empty error."""
-    if reply[0] != S.OK:
-        return _error(reply)
-    return b"ITEM " + base64.b64encode(reply[1][2]) + b"\n"
-
-
-def render_has(reply: Reply) -> bytes:
-    if reply[0] != S.OK:
-        return _error(reply)
-    return TRUE_REPLY if reply[1] else FALSE_REPLY
-
-
-def render_size(reply: Reply) -> bytes:
-    return b"SIZE %d\n" % reply[1] if reply[0] == S.OK else _error(reply)
+#: ``add`` (kept or dropped as a duplicate) and ``create_queue`` -> ``OK``.
+render_ok = renderer(lambda _: OK_REPLY, _error)
+#: ``take`` -> ``ITEM <b64>``, or the queue-is-empty error.
+render_item = renderer(lambda view: b"ITEM " + base64.b64encode(view[2]) + b"\n", _error)
+render_has = renderer(lambda held: TRUE_REPLY if held else FALSE_REPLY, _error)
+render_size = renderer(lambda size: b"SIZE %d\n" % size, _error)
 
 
 # ------------------------------------------------------------------ codec

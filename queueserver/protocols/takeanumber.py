@@ -42,7 +42,7 @@ from typing import Optional
 
 from ..engine import status as S
 from ..engine.status import Reply
-from .base import BY_NAME, MAX_PAYLOAD, Command, new_job, valid_queue_name
+from .base import BY_NAME, MAX_PAYLOAD, Command, new_job, renderer, valid_queue_name
 from .lines import LineCodec, utf8
 
 LINE_SLACK = 1024                 # a line's bytes besides an ADD body
@@ -83,31 +83,20 @@ def _error(reply: Reply) -> bytes:
     return error(str(reply[1]) or "Internal error")
 
 
-def render_len(reply: Reply) -> bytes:
-    """``size`` -> ``:<n>``."""
-    return b":%d\r\n" % reply[1] if reply[0] == S.OK else _error(reply)
+def _reserve_error(reply: Reply, empty: bytes = EMPTY_REPLY) -> bytes:
+    return empty if reply[0] == S.TIMEOUT else _error(reply)
 
 
-def render_add(reply: Reply) -> bytes:
-    """``add`` -> ``+<id>``."""
-    if reply[0] != S.OK:
-        return _error(reply)
-    return b"+" + reply[1][0].encode() + b"\r\n"
-
-
-def render_reserve(reply: Reply, empty: bytes = EMPTY_REPLY) -> bytes:
-    """``lease`` -> ``+<id> <body>``, or ``empty`` (``:-1``) when the queue is empty."""
-    if reply[0] == S.TIMEOUT:
-        return empty
-    if reply[0] != S.OK:
-        return _error(reply)
-    view = reply[1]
-    return b"".join((b"+", view[0].encode(), b" ", view[2], b"\r\n"))
-
-
-def render_ok(reply: Reply) -> bytes:
-    """``retry``/``delete`` -> ``+OK``; an unknown id -> ``-ERR No such Id.``"""
-    return OK_REPLY if reply[0] == S.OK else _error(reply)
+#: ``size`` -> ``:<n>``.
+render_len = renderer(lambda size: b":%d\r\n" % size, _error)
+#: ``add`` -> ``+<id>``.
+render_add = renderer(lambda added: b"+" + added[0].encode() + b"\r\n", _error)
+#: ``lease`` -> ``+<id> <body>``, or ``empty`` (``:-1``; a keyword argument)
+#: when the queue is empty.
+render_reserve = renderer(lambda view: b"".join((b"+", view[0].encode(), b" ", view[2], b"\r\n")),
+                          _reserve_error)
+#: ``retry``/``delete`` -> ``+OK``; an unknown id -> ``-ERR No such Id.``
+render_ok = renderer(lambda _: OK_REPLY, _error)
 
 
 # ------------------------------------------------------------------ codec

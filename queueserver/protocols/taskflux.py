@@ -54,7 +54,8 @@ from typing import Optional, Tuple
 from ..engine import status as S
 from ..engine.status import Reply
 from . import ordering
-from .base import BY_NAME, MAX_PAYLOAD, Command, InputBuffer, StreamCodec, new_job, valid_queue_name
+from .base import (BY_NAME, MAX_PAYLOAD, Command, InputBuffer, StreamCodec, new_job, renderer,
+                   valid_queue_name)
 
 PACKET_SLACK = 65536      # a packet's bytes besides an Enqueue's data
 MAX_BODY = MAX_PAYLOAD + PACKET_SLACK
@@ -96,33 +97,27 @@ def business_error(kind: int, message: str) -> bytes:
     return response(b"E" + bytes((kind,)) + _string(message.encode()))
 
 
-def _failure(reply: Reply, name: str) -> bytes:
+def _failure(reply: Reply, name: str = "") -> bytes:
     if reply[0] == S.NOT_FOUND:
         return business_error(QUEUE_NOT_FOUND, f"Queue {name} does not exist")
     return business_error(UNKNOWN_ERROR, str(reply[1] or "Internal error"))
 
 
-def render_enqueued(reply: Reply, name: str = "") -> bytes:
-    if reply[0] != S.OK:
-        return _failure(reply, name)
-    return response(b"e\x01" if reply[1] else b"e\x00")
+def _dequeue_failure(reply: Reply, name: str = "") -> bytes:
+    return response(b"d\x00") if reply[0] == S.TIMEOUT else _failure(reply, name)
 
 
-def render_dequeued(reply: Reply, name: str = "") -> bytes:
-    """``reply[1]`` is a lease view ``[id, name, payload, number, priority, ...]``."""
-    if reply[0] == S.TIMEOUT:
-        return response(b"d\x00")
-    if reply[0] != S.OK:
-        return _failure(reply, name)
-    view = reply[1]
+def _dequeued(view: list) -> bytes:
+    """A lease view ``[id, name, payload, number, priority, ...]``."""
     payload = view[2]
     return response(b"d\x01" + _I64.pack(ordering.to_taskflux(view[4])) + _string(payload))
 
 
-def render_count(reply: Reply, name: str = "") -> bytes:
-    if reply[0] != S.OK:
-        return _failure(reply, name)
-    return response(b"c" + _I32.pack(min(int(reply[1]), _I32_MAX)))
+# Each is called with the command's queue ``name`` (for ``Queue <name> does not exist``).
+render_enqueued = renderer(lambda added: response(b"e\x01" if added else b"e\x00"), _failure)
+render_dequeued = renderer(_dequeued, _dequeue_failure)
+render_count = renderer(lambda count: response(b"c" + _I32.pack(min(int(count), _I32_MAX))),
+                        _failure)
 
 
 # ------------------------------------------------------------------ parsing

@@ -44,7 +44,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 from ..engine import status as S
 from ..engine.status import Reply
 from .base import (ALL, BY_ID, BY_NAME, BY_NAMES, MAX_PAYLOAD, Command, InputBuffer, name_token,
-                   new_job, valid_queue_name)
+                   new_job, renderer, valid_queue_name)
 from .lines import LineCodec
 
 MAX_LINE = 65536
@@ -104,22 +104,16 @@ def _error(reply: Reply) -> bytes:
     return _STATUS_FORMS[status]
 
 
-def render_ok(reply: Reply) -> bytes:
-    return OK_REPLY if reply[0] == S.OK else _error(reply)
+def _with_data(id: str, word: object, data: bytes) -> bytes:
+    """``+OK 1`` and one ``<id> <word> <size>`` block carrying ``data``."""
+    return b"".join((b"+OK 1\r\n", f"{id} {word} {len(data)}\r\n".encode(), data, b"\r\n"))
 
 
-def render_lease(reply: Reply) -> bytes:
-    if reply[0] != S.OK:
-        return _error(reply)
-    id, name, payload = reply[1][0], name_token(reply[1][1]), reply[1][2]
-    return b"".join((b"+OK 1\r\n", f"{id} {name} {len(payload)}\r\n".encode(), payload, b"\r\n"))
-
-
-def render_result(reply: Reply) -> bytes:
-    if reply[0] != S.OK:
-        return _error(reply)
-    id, success, result = reply[1]
-    return b"".join((b"+OK 1\r\n", f"{id} {success} {len(result)}\r\n".encode(), result, b"\r\n"))
+render_ok = renderer(lambda _: OK_REPLY, _error)
+#: A lease view ``[id, name, payload, ...]``: ``<id> <name> <payload-size>``.
+render_lease = renderer(lambda view: _with_data(view[0], name_token(view[1]), view[2]), _error)
+#: ``[id, success, result]`` (result, run): ``<id> <success> <result-size>``.
+render_result = renderer(lambda outcome: _with_data(*outcome), _error)
 
 
 def format_time(us: int) -> str:
@@ -150,18 +144,14 @@ def _queue_block(view: list) -> bytes:
 
 def _one(block: Callable[[list], bytes]) -> Callable[[Reply], bytes]:
     """A renderer for ``+OK 1`` and one block (inspect job, inspect queue)."""
-    def render(reply: Reply) -> bytes:
-        return _error(reply) if reply[0] != S.OK else b"+OK 1\r\n" + block(reply[1])
-    return render
+    return renderer(lambda view: b"+OK 1\r\n" + block(view), _error)
 
 
 def _many(block: Callable[[list], bytes]) -> Callable[[Reply], bytes]:
     """A renderer for ``+OK <n>`` and n blocks (inspect jobs, inspect queues)."""
-    def render(reply: Reply) -> bytes:
-        if reply[0] != S.OK:
-            return _error(reply)
-        return f"+OK {len(reply[1])}\r\n".encode() + b"".join(block(v) for v in reply[1])
-    return render
+    def blocks(views: list) -> bytes:
+        return f"+OK {len(views)}\r\n".encode() + b"".join(block(v) for v in views)
+    return renderer(blocks, _error)
 
 
 render_job = _one(_job_block)
@@ -170,15 +160,15 @@ render_queue = _one(_queue_block)
 render_queues = _many(_queue_block)
 
 
-def render_server(reply: Reply) -> bytes:
-    """``reply[1]`` holds the merged keys: active-clients, evicted-jobs, started (µs)."""
-    if reply[0] != S.OK:
-        return _error(reply)
-    info = reply[1]
+def _server(info: dict) -> bytes:
+    """The merged keys: active-clients, evicted-jobs, started (µs)."""
     keys = [("active-clients", info["active-clients"]), ("evicted-jobs", info["evicted-jobs"]),
             ("started", format_time(info["started"]))]
     body = "".join(f"{k} {v}\r\n" for k, v in keys)
     return f"+OK 1\r\nserver {len(keys)}\r\n{body}".encode()
+
+
+render_server = renderer(_server, _error)
 
 
 # ------------------------------------------------------------------ parsing
