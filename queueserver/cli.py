@@ -34,7 +34,8 @@ def fail(message: str, status: int = 2, prog: str = PROG) -> NoReturn:
 
 def _add_flag(p: argparse.ArgumentParser, setting: Setting, dest: str) -> None:
     if setting.kind == "bool":
-        p.add_argument(setting.flag, action="store_true", default=None, dest=dest, help=setting.help)
+        p.add_argument(setting.flag, action=argparse.BooleanOptionalAction, default=None, dest=dest,
+                       help=setting.help)
     else:
         p.add_argument(setting.flag, type=FLAG_TYPES.get(setting.kind, str), metavar=setting.metavar,
                        dest=dest, help=setting.help)

@@ -138,6 +138,10 @@ SERVER: Dict[str, Setting] = {
     "max_queues": Setting("int", 1, flag="--max-queues", metavar="N",
                           help="queues the server holds, shared out evenly among the shards (default "
                                "100000); creating one more first removes an unused one, or is refused"),
+    "direct_path": Setting("bool", flag="--direct-path",
+                           help="hand a connection whose requests go to one shard to that shard, "
+                                "which serves it with no hop (default on; --no-direct-path forwards "
+                                "every request through the router)"),
     "queue_idle_timeout": Setting("float", 0, "seconds", "0 never removes idle queues",
                                   flag="--queue-idle-timeout", metavar="SECONDS",
                                   help="an empty queue nobody waits on is removed after SECONDS "
@@ -216,6 +220,7 @@ class Config:
     max_outstanding_bytes: int = 8388608
     max_queues: int = 100000
     queue_idle_timeout: float = 300.0
+    direct_path: bool = True
     listeners: Dict[str, Listener] = field(
         default_factory=lambda: {name: Listener(port=port) for name, port in DEFAULT_PORTS.items()})
 

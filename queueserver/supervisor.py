@@ -187,7 +187,8 @@ class Supervisor:
         children = [Child(f"shard-{i}", [python, "-m", "queueserver.shard", "--index", str(i),
                                          "--socket", path, "--max-queues", str(config.shard_max_queues()),
                                          "--queue-idle-timeout", repr(config.queue_idle_timeout),
-                                         "--log-level", level])
+                                         "--shards", str(config.shards), "--log-level", level]
+                          + (["--direct-path"] if config.direct_path else []))
                     for i, path in enumerate(sockets)]
         fds = {name: sock.fileno() for name, sock in self.listeners.items()}
         for i in range(config.routers):
@@ -196,6 +197,7 @@ class Supervisor:
                 "listen_fds": fds,
                 "options": config.router_options(),
                 "limits": config.limits(),
+                "direct_path": config.direct_path,
                 "index": i,
                 "routers": config.routers,
                 "ready_file": self.runtime.file(f"router-{i}.ready"),

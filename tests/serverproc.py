@@ -14,18 +14,51 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 STARTUP_TIMEOUT = 30.0
+#: The suite runs twice: with the direct path (the default) and, with
+#: QS_DIRECT_PATH=0, with every request forwarded through the router.
+DIRECT_PATH = os.environ.get("QS_DIRECT_PATH", "1") != "0"
 
 
-def wait_for(condition: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
-    """Poll ``condition`` until it is true; fail the test after ``timeout`` seconds."""
+def poll(condition: Callable[[], object], timeout: float) -> bool:
+    """Ask ``condition`` every 20 ms until it is true (True) or ``timeout``
+    seconds have passed (False): for a wait whose thing may rightly not happen."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+            return False
         time.sleep(0.02)
+    return True
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 10.0,
+             what: Union[str, Callable[[], str]] = "condition") -> None:
+    """Poll ``condition`` until it is true; fail the test after ``timeout`` seconds.
+    ``what`` names the wait in the failure; a callable is asked only then
+    (e.g. to add a server's log)."""
+    if not poll(condition, timeout):
+        raise AssertionError(f"timed out after {timeout:.0f} s waiting for "
+                             f"{what() if callable(what) else what}")
+
+
+def replies_across_shard_restart(proc: "ServerProcess", shard: int, ask: Callable[[], bytes],
+                                 normal: Callable[[bytes], bool], timeout: float = 20.0) -> List[bytes]:
+    """SIGKILL ``shard-<shard>`` of ``proc``, then ``ask`` again and again
+    until a reply is ``normal`` and the supervisor has started the shard
+    anew: every reply, in order."""
+    name = f"shard-{shard}"
+    pid = proc.child_pids()[name]
+    os.kill(pid, signal.SIGKILL)
+    replies: List[bytes] = []
+
+    def served_again() -> bool:
+        replies.append(ask())
+        return normal(replies[-1]) and proc.child_pids()[name] != pid
+
+    wait_for(served_again, timeout, lambda: f"{name} to serve again:\n{proc.log()}")
+    return replies
 
 
 def _die_with_parent() -> None:
@@ -65,19 +98,19 @@ class ServerProcess:
             else:
                 argv.append(f"--no-{name}")
         argv += self.extra
+        if not DIRECT_PATH and not any("direct-path" in arg for arg in self.extra):
+            argv.append("--no-direct-path")
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT,
                                         preexec_fn=self._before_exec)
         ports_file = os.path.join(self.runtime_dir, "ports.json")
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited early:\n{self.log()}")
-            if os.path.exists(ports_file):
-                with open(ports_file) as f:
-                    self.ports = json.load(f)
-                return self
-            time.sleep(0.05)
+        poll(lambda: self.process.poll() is not None or os.path.exists(ports_file), STARTUP_TIMEOUT)
+        if self.process.poll() is not None:
+            raise RuntimeError(f"server exited early:\n{self.log()}")
+        if os.path.exists(ports_file):
+            with open(ports_file) as f:
+                self.ports = json.load(f)
+            return self
         self.stop()
         raise RuntimeError(f"server did not start:\n{self.log()}")
 

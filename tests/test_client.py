@@ -7,14 +7,13 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
 
 from queueserver.client import Client, ClientError, ConnectionLost, Job, NotFound, Result, TimedOut
 from queueserver.client import Worker
-from serverproc import ServerProcess
+from serverproc import ServerProcess, wait_for
 
 import worker_jobs
 
@@ -137,19 +136,24 @@ def test_worker_completes_fails_and_respects_ttr(server, client):
 
 
 def test_reconnects_after_the_router_restarts():
-    proc = ServerProcess(shards=1, protocols=["workq"]).start()
+    # A router-served connection dies with its router (a direct one would not).
+    proc = ServerProcess(shards=1, protocols=["workq"], extra=["--no-direct-path"]).start()
     try:
         port = proc.port()
         client = Client("127.0.0.1", port, timeout=5)
         client.add(new_id(), "rc", b"x", ttr=1000, ttl=60000)
         router = proc.child_pids()["router"]
         os.kill(router, signal.SIGKILL)
-        deadline = time.monotonic() + 20
-        while proc.child_pids()["router"] == router:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        # The restarted router binds a new port (the test used port 0): follow it.
-        time.sleep(0.5)
+        wait_for(lambda: proc.child_pids()["router"] != router, 20, "the router to restart")
+        restarted = proc.child_pids()["router"]
+        ready = os.path.join(proc.runtime_dir, "router-0.ready")
+
+        def serving() -> bool:   # a router writes its pid there once it serves
+            with open(ready) as f:
+                return f.read() == str(restarted)
+
+        wait_for(serving, 20, "the restarted router to serve")
+        # Follow the port ports.json gives (the test used port 0).
         with open(os.path.join(proc.runtime_dir, "ports.json")) as f:
             import json
             new_port = json.load(f)["workq"]

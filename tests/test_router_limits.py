@@ -85,7 +85,8 @@ def test_goqueue_reservations_end_with_the_connection(started):
 def test_a_killed_router_strands_no_goqueue_reservation(started):
     """kill -9 of the router: the shard sees its link drop and treats every
     connection of that router as closed; a TTP 0 job is ready again."""
-    proc = started(protocols=["goqueue"], shards=2)
+    # Router-served connections: a direct one lives on in its shard.
+    proc = started(protocols=["goqueue"], shards=2, extra=["--no-direct-path"])
     name = qname()
     go(proc).call(g_add(name, ttp=0, data=b"survivor"))
     holder = go(proc)
@@ -128,7 +129,8 @@ def test_clients_leaving_parked_leases_leave_no_router_memory_behind(started):
         assert probe.call(add(new_id(), "probe")) == b"+OK\r\n"   # every close was read
         probe.close()
 
-    round_of_clients(40)                                # warm up allocator and caches
+    for _ in range(2):
+        round_of_clients(40)                            # warm up allocator and caches
     time.sleep(0.5)
     before = rss_kb(router)
     for _ in range(5):

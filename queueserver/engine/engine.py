@@ -84,8 +84,10 @@ def inspect_view(job: Job) -> list:
 
 class Engine:
     def __init__(self, journal: Optional[Callable[[Event], None]] = None, shard: int = 0,
-                 max_queues: Optional[int] = None, queue_idle: Optional[int] = None) -> None:
+                 max_queues: Optional[int] = None, queue_idle: Optional[int] = None,
+                 shards: int = 1) -> None:
         self.shard = shard
+        self.shards = shards            # job numbers made here are shard + 1 (mod shards)
         self.max_queues = max_queues    # None: no cap
         self.queue_idle = queue_idle    # µs an unused queue is kept; None or 0: for ever
         #: unused queues, longest unused first: name -> since when (µs)
@@ -170,7 +172,7 @@ class Engine:
         self._admit(name)
         if unique and self._queue(name).holds(digest(payload)):
             return [OK, None]
-        number = number or self.last_number + 1
+        number = number or self._new_number()
         self.apply(("add", id, number, name, payload, priority, ttr, ttl,
                     max_attempts, max_fails, now, sched, False))
         return [OK, [id, number]]
@@ -184,7 +186,7 @@ class Engine:
         self._park(waiter, now, timeout)
         self.result_waiters.setdefault(id, []).append(waiter)
         # A run job lives as long as its caller waits for it: no TTL.
-        self.apply(("add", id, number or self.last_number + 1, name, payload, priority, ttr, 0,
+        self.apply(("add", id, number or self._new_number(), name, payload, priority, ttr, 0,
                     0, 0, now, None, True))
         return None
 
@@ -391,6 +393,13 @@ class Engine:
             queue = self.queues[name] = JobQueue(name)
             self.idle[name] = self.now  # unused until a job or a waiter comes
         return queue
+
+    def _new_number(self) -> int:
+        """The next job number of this shard's residue class (shard ``i`` of
+        ``n`` makes ``i + 1``, ``i + 1 + n``, ...): numbers are unique across
+        shards, start at 1, and tell which shard made them."""
+        number = self.last_number + 1
+        return number + (self.shard + 1 - number) % self.shards
 
     def _admit(self, name: str) -> None:
         """Make room for queue ``name`` if it does not exist yet: at the cap,

@@ -174,8 +174,11 @@ class FrameChannel:
         self.sock = sock
         self.writer = BatchWriter(sock)
         self._pack = msgpack.Packer(use_bin_type=True).pack
+        self.sent = 0       # frames sent so far: a receiver can tell it has seen them all
+        self.received = 0   # frames handled so far
 
     def send(self, frame: Any) -> None:
+        self.sent += 1
         self.writer.write(self._pack(frame))
 
     def receive(self, handle: Callable[[list], None], after_batch: Callable[[], None] = lambda: None) -> None:
@@ -184,6 +187,7 @@ class FrameChannel:
         for data in received(self.sock):
             unpacker.feed(data)
             for frame in unpacker:  # a malformed stream raises: the caller drops the channel
+                self.received += 1
                 try:
                     handle(frame)
                 except Exception:  # one bad frame or handler bug costs that frame only

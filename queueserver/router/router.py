@@ -10,6 +10,17 @@ clients (each one past that is answered with its protocol's error and
 closed), and when the process runs out of file descriptors the accept loop
 refuses the waiting connections with a spare descriptor and backs off
 instead of spinning, logging once per interval.
+
+The direct path (``direct_path``): when a connection sends a request for
+one shard's queues while nothing of it is in flight, the router hands its
+socket to that shard (with the bytes not yet served), and the shard serves
+it with no hop. A shard hands a connection back at the first request it
+cannot serve alone (another shard's queue, a job it does not hold, a
+request for every shard); the router serves it from then on, and may hand
+it on again later. A connection moves at most :data:`MAX_MOVES` times, so a
+client that keeps mixing shards ends up simply forwarded. Every connection
+stays counted by the router that accepted it until it closes, wherever it
+is served.
 """
 from __future__ import annotations
 
@@ -19,7 +30,6 @@ import json
 import logging
 import os
 import resource
-import select
 import socket as stdsocket
 import time
 import uuid
@@ -31,8 +41,10 @@ from gevent import socket
 
 from ..engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR, Reply
 from ..protocols import codec_class as load_codec
-from ..protocols.base import ALL, BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, Command
-from .connection import ClientConnection
+from ..net.connection import MAY_MOVE, SERVE, ClientConnection
+from ..net.handoff import Gone, Move
+from ..net.hangups import HangupWatch
+from ..protocols.base import ALL, BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command
 from .directory import SHARED, JobDirectory
 from .fanout import FirstFound, Gather, SpreadLease, give_back, ignore
 from ..lifecycle import setup_logging, stop_event
@@ -45,6 +57,8 @@ _hash = xxhash.xxh64_intdigest
 DEFAULT_MAX_CONNECTIONS = 10000
 DEFAULT_MAX_OUTSTANDING = 8 * 1048576
 DEFAULT_MAX_PAYLOAD = 1048576
+MAX_MOVES = 4                 # moves of one connection before it stays forwarded
+HANDBACK_WAIT = 1.0           # seconds a handed-back connection waits for the shard's earlier frames
 ACCEPT_BACKOFF = 0.5          # seconds the accept loop rests when no descriptor is left
 LOG_INTERVAL = 10.0           # at most one warning per interval about refused connections
 _NO_DESCRIPTORS = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM))
@@ -60,10 +74,12 @@ class Router:
     same listening sockets and shards."""
 
     def __init__(self, socket_paths: List[str], options: Optional[Dict[str, Any]] = None,
-                 index: int = 0, routers: int = 1, limits: Optional[Dict[str, int]] = None) -> None:
+                 index: int = 0, routers: int = 1, limits: Optional[Dict[str, int]] = None,
+                 direct_path: bool = False) -> None:
         self.options = options or {}
         self.index = index
         self.routers = routers
+        self.direct_path = direct_path
         limits = limits or {}
         # Each router takes its share of the server's connections.
         self.max_connections = max(1, -(-limits.get("max_connections", DEFAULT_MAX_CONNECTIONS) // routers))
@@ -71,17 +87,14 @@ class Router:
         self.max_payload = max((o.get("max_payload", DEFAULT_MAX_PAYLOAD) for o in self.options.values()),
                                default=DEFAULT_MAX_PAYLOAD)
         self.directory = JobDirectory(routers, index)
-        self.links = [ShardLink(i, path, self._shard_event, self._shard_down, self._report_clients)
+        handoffs = (self._moved_back, self._gone) if direct_path else None
+        self.links = [ShardLink(i, path, self._shard_event, self._shard_down, self._link_up, handoffs)
                       for i, path in enumerate(socket_paths)]
         self.clients = 0
         self.started = time.time_ns() // 1000
         self.servers: Dict[str, Any] = {}
         self._connection_ids = 0
-        # Connections not being read, watched only for a hang-up.
-        self._hangups = select.epoll()
-        self._hung: Dict[int, ClientConnection] = {}
-        self._hangup_watcher = gevent.get_hub().loop.io(self._hangups.fileno(), 1)
-        self._hangup_watcher.start(self._hangup)
+        self.hangups = HangupWatch()
         self._spare: Optional[int] = _spare_descriptor()
         self._refused = 0
         self._refusal_logged = 0.0
@@ -187,27 +200,74 @@ class Router:
         self._connection_ids += 1
         return self._connection_ids
 
-    def watch_hangup(self, fd: int, connection: ClientConnection) -> None:
-        """Watch a connection that is not being read for its client leaving."""
-        self._hung[fd] = connection
-        self._hangups.register(fd, select.EPOLLRDHUP)
-
-    def unwatch_hangup(self, fd: int) -> None:
-        if self._hung.pop(fd, None) is not None:
-            try:
-                self._hangups.unregister(fd)
-            except OSError:
-                pass
-
-    def _hangup(self) -> None:
-        for fd, _ in self._hangups.poll(0):
-            connection = self._hung.get(fd)
-            if connection is None:
-                self.unwatch_hangup(fd)
-            else:
-                connection.hung_up()
-
     def client_left(self, connection: ClientConnection) -> None:
+        self.clients -= 1
+        self._report_clients()
+
+    def after_requests(self) -> None:
+        """Frames leave once per loop turn anyway: nothing to do here."""
+
+    def _link_up(self, link: ShardLink) -> None:
+        link.notify("router", self.index)
+        self._report_clients(link)
+
+    # ----------------------------------------------------------- direct path
+    def placement(self, connection: ClientConnection, command: Command) -> int:
+        """Whether ``command`` is better served by its shard, directly."""
+        if not self.direct_path or connection.moves >= MAX_MOVES or connection.slots \
+                or connection.writer.queued:
+            return SERVE   # off, moved enough, or not movable now
+        route = command.route
+        if route == BY_NAME:
+            shard = self.shard_for(command.key)
+            if command.new_id and self.directory.shard_of(command.new_id) not in (None, shard):
+                return SERVE   # an id another shard holds: checked here
+        elif route == BY_NAMES:
+            shards = {self.shard_for(name) for name in command.key}
+            if len(shards) != 1:
+                return SERVE
+            shard = shards.pop()
+        else:
+            return SERVE
+        if self.links[shard].handoff is None:
+            return SERVE
+        return MAY_MOVE
+
+    def move(self, connection: ClientConnection, command: Command, unread: bytes, state: dict) -> bool:
+        """Hand ``connection`` to the shard of ``command``."""
+        route = command.route
+        link = self.links[self.shard_for(command.key if route == BY_NAME else command.key[0])]
+        if link.handoff is None:
+            return False
+        move = Move(connection.protocol, self.options.get(connection.protocol, {}), state, unread,
+                    connection.origin, self.index, 0, connection.moves, connection.limits)
+        try:
+            link.handoff.send_move(connection._fd, move)
+        except OSError as err:
+            log.warning("handing a connection to shard %d failed: %s", link.index, err)
+            return False
+        return True
+
+    def _moved_back(self, link: ShardLink, fd: int, move: Move) -> None:
+        """A shard handed a connection back: serve it from its first unread request."""
+        deadline = time.monotonic() + HANDBACK_WAIT
+        while link.frames_seen() < move.frames and time.monotonic() < deadline:
+            gevent.sleep(0.001)   # jobs it made are in frames sent before: learn them first
+        try:
+            sock = socket.socket(fileno=fd)
+            codec = load_codec(move.protocol)(**move.options)
+            codec.restore(move.state)
+            connection = ClientConnection(self, sock, codec, move.protocol, None, move.limits, move.origin)
+        except Exception:
+            log.exception("taking back a %s connection failed", move.protocol)
+            os.close(fd)
+            self.clients -= 1
+            return
+        connection.moves = move.moves
+        connection.start(move.unread)
+
+    def _gone(self, link: ShardLink, gone: Gone) -> None:
+        """A connection this router handed on has closed."""
         self.clients -= 1
         self._report_clients()
 
@@ -221,7 +281,7 @@ class Router:
     def stop(self) -> None:
         for listener, watcher in self.servers.values():
             watcher.stop()
-        self._hangup_watcher.stop()
+        self.hangups.stop()
         for link in self.links:
             link.stop()
 
@@ -229,10 +289,30 @@ class Router:
     def shard_for(self, name: str) -> int:
         return _hash(name.encode()) % len(self.links)
 
-    def execute(self, command: Command, callback: Callable[[Reply], None], owner: Optional[int] = None) -> Any:
-        """Route ``command``; returns what :meth:`withdraw` needs if the client
-        leaves: ``(link, request id)`` for a request to one shard. A lease
-        with an ``owner`` (a connection id) ends when that connection closes."""
+    def execute(self, connection: ClientConnection, command: Command,
+                callback: Callable[[Reply], None]) -> Any:
+        """Route a client's ``command``; returns what :meth:`withdraw` needs if
+        the client leaves. A lease over a protocol whose leases end with the
+        connection is owned by it, and the shard told when it closes."""
+        if command.op == "lease" and connection.codec.leases_end_with_connection \
+                and command.route == BY_NAME:
+            pending = self.route(command, callback, connection.id)
+            if connection.owned is None:
+                connection.owned = set()
+            connection.owned.add(pending[0])
+            return pending
+        return self.route(command, callback)
+
+    def connection_closed(self, connection: ClientConnection) -> None:
+        """End what ends with the connection: its owned leases, shard by shard."""
+        if connection.owned:
+            for link in connection.owned:
+                link.notify("closed", connection.id)
+            connection.owned = None
+
+    def route(self, command: Command, callback: Callable[[Reply], None], owner: Optional[int] = None) -> Any:
+        """Send ``command`` where it goes; returns what :meth:`withdraw` needs:
+        ``(link, request id)`` for a request to one shard."""
         route = command.route
         if route == BY_NAME:
             link = self.links[_hash(command.key.encode()) % len(self.links)]
@@ -242,17 +322,15 @@ class Router:
             return link, link.call(command.op, args, callback)
         if route == BY_ID:
             shard = self.directory.shard_of(command.key)
-            if shard is None and self.routers == 1:
-                callback([NOT_FOUND, ""])
-                return None
             if shard is None or shard == SHARED:
-                # Ambiguous, or (with several routers) maybe made by another
-                # router an instant ago: the owner answers, the rest NOT_FOUND.
+                # Unknown (maybe made on a shard directly, or by another router,
+                # an instant ago) or ambiguous: the owner answers, the rest NOT_FOUND.
                 return FirstFound(self.links, command.op, command.args, callback)
             link = self.links[shard]
             return link, link.call(command.op, command.args, callback)
-        if route == BY_NUMBER:
-            return FirstFound(self.links, command.op, command.args, callback)
+        if route == BY_NUMBER:   # shards make numbers of their own residue
+            link = self.links[(command.key - 1) % len(self.links)]
+            return link, link.call(command.op, command.args, callback)
         if route == BY_NAMES:
             groups: Dict[ShardLink, List[str]] = {}
             for name in command.key:
@@ -274,7 +352,7 @@ class Router:
         exact even for two adds racing each other).
         """
         id = command.new_id
-        if not id:
+        if id == SERVER_ID:
             return self._forward_new(command, link, str(uuid.uuid4()), callback)
         known = self.directory.shard_of(id)
         if known is None or known == link.index:
@@ -295,10 +373,8 @@ class Router:
                      callback: Callable[[Reply], None]) -> Any:
         directory = self.directory
         fresh = directory.place(id, link.index)
-        number = directory.new_number()
         args = list(command.args)
         args[0] = id
-        args.append(number)
 
         def created(reply: Reply) -> None:
             status = reply[0]
@@ -391,7 +467,7 @@ def main(argv=None) -> None:
     config = json.loads(args.config)
     _raise_descriptor_limit()
     router = Router(config["sockets"], config.get("options"), config.get("index", 0),
-                    config.get("routers", 1), config.get("limits"))
+                    config.get("routers", 1), config.get("limits"), config.get("direct_path", False))
     with gevent.Timeout(config.get("connect_timeout", 10), False):
         while not all(link.up for link in router.links):
             gevent.sleep(0.02)

@@ -4,17 +4,21 @@
 reader greenlet calls it back when the answer comes, in whatever order the
 shard answers. While the shard is down every call is answered at once with a
 server error, and the link keeps trying to reconnect.
+
+With the direct path, the link also holds the shard's handoff socket, over
+which client connections move to the shard and back (:mod:`..net.handoff`).
 """
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import gevent
 from gevent import socket
 
 from ..engine.status import SERVER_ERROR, Reply
 from ..net.channel import FrameChannel
+from ..net.handoff import HandoffChannel, connect_seqpacket, handoff_path
 
 log = logging.getLogger("queueserver.router")
 
@@ -25,11 +29,16 @@ RECONNECT_DELAY = 0.05
 class ShardLink:
     def __init__(self, index: int, path: str, on_event: Callable[["ShardLink", str, Any], None],
                  on_down: Callable[["ShardLink"], None],
-                 on_up: Callable[["ShardLink"], None] = lambda link: None) -> None:
+                 on_up: Callable[["ShardLink"], None] = lambda link: None,
+                 handoffs: Optional[Tuple[Callable, Callable]] = None) -> None:
+        """``handoffs``: ``(on_move(link, fd, move), on_gone(link, gone))`` to
+        serve the shard's handoff socket (the direct path), or None."""
         self.index = index
         self.path = path
         self.pending: Dict[int, Callback] = {}
         self.channel: Optional[FrameChannel] = None
+        self.handoff: Optional[HandoffChannel] = None
+        self._handoffs = handoffs
         self._next_id = 1
         self._on_event = on_event
         self._on_down = on_down
@@ -79,6 +88,7 @@ class ShardLink:
             channel = FrameChannel(sock)
             self.channel = channel
             log.info("connected to shard %d at %s", self.index, self.path)
+            reader = self._open_handoffs()
             self._on_up(self)
             try:
                 channel.receive(self._handle)
@@ -87,12 +97,33 @@ class ShardLink:
             finally:
                 self.channel = None
                 channel.close()
+                if self.handoff is not None:
+                    self.handoff.close()
+                    self.handoff = None
+                if reader is not None:
+                    reader.kill(block=False)
                 pending, self.pending = self.pending, {}
                 log.warning("lost shard %d; %d requests answered with an error",
                             self.index, len(pending))
                 self._on_down(self)
                 for callback in pending.values():
                     callback([SERVER_ERROR, f"Shard {self.index} unavailable"])
+
+    def _open_handoffs(self) -> Optional[gevent.Greenlet]:
+        if self._handoffs is None:
+            return None
+        sock = connect_seqpacket(handoff_path(self.path), socket)
+        if sock is None:
+            log.warning("shard %d has no handoff socket: its connections stay forwarded", self.index)
+            return None
+        self.handoff = HandoffChannel(sock)
+        on_move, on_gone = self._handoffs
+        return gevent.spawn(self.handoff.receive, lambda fd, move: on_move(self, fd, move),
+                            lambda gone: on_gone(self, gone))
+
+    def frames_seen(self) -> int:
+        """Frames handled from the shard since the link came up."""
+        return self.channel.received if self.channel is not None else 0
 
     def _handle(self, frame: list) -> None:
         if frame[0] == 0:

@@ -28,6 +28,8 @@ from gevent.event import Event
 from ..engine import Engine
 from ..engine.status import SERVER_ERROR
 from ..net.channel import FrameChannel
+from ..net.handoff import HandoffChannel, handoff_path, listen_seqpacket
+from .direct import DirectServer
 from ..lifecycle import setup_logging, stop_event
 
 log = logging.getLogger("queueserver.shard")
@@ -41,19 +43,30 @@ def now_us() -> int:
 
 class Shard:
     def __init__(self, index: int, path: str, max_queues: Optional[int] = None,
-                 queue_idle: float = 0.0) -> None:
+                 queue_idle: float = 0.0, shards: int = 1, direct_path: bool = False) -> None:
         self.index = index
         self.path = path
+        self.shards = shards
+        self.direct_path = direct_path
         self.engine = Engine(shard=index, max_queues=max_queues,
-                             queue_idle=int(queue_idle * 1_000_000) or None)
+                             queue_idle=int(queue_idle * 1_000_000) or None, shards=shards)
         self.channels: Dict[int, FrameChannel] = {}
         self.router_clients: Dict[int, list] = {}   # channel -> [router index, clients]
+        self.router_channels: Dict[int, int] = {}   # router index -> its channel
+        self.direct = DirectServer(self)
         self._ids = itertools.count(1)
         self._rearm = Event()
         self._armed: Optional[int] = None
+        self._after_batch_scheduled = False
+
+    @staticmethod
+    def now() -> int:
+        return now_us()
 
     # ---------------------------------------------------------------- serving
     def serve(self) -> None:
+        if self.direct_path:   # ready before the link, which routers connect to first
+            gevent.spawn(self._serve_handoffs, listen_seqpacket(handoff_path(self.path), socket))
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         if os.path.exists(self.path):
             os.unlink(self.path)
@@ -70,12 +83,26 @@ class Shard:
             sock, _ = listener.accept()
             gevent.spawn(self._serve_channel, sock)
 
+    def _serve_handoffs(self, listener) -> None:
+        """Routers connect here to hand client connections over (the direct path)."""
+        while True:
+            sock, _ = listener.accept()
+            gevent.spawn(self._serve_handoff_channel, HandoffChannel(sock))
+
+    def _serve_handoff_channel(self, channel: HandoffChannel) -> None:
+        try:
+            channel.receive(lambda fd, move: self.direct.arrived(channel, fd, move), self.direct.on_gone)
+        finally:
+            self.direct.gone_router(channel)
+            channel.close()
+
     def _serve_channel(self, sock) -> None:
         cid = next(self._ids)
         channel = FrameChannel(sock)
         self.channels[cid] = channel
-        # With several routers, each must hear of the jobs the others create.
-        self.engine.placed = [] if len(self.channels) > 1 else None
+        # With several routers, or connections served here directly, every
+        # router must hear of the jobs made without it.
+        self.engine.placed = [] if len(self.channels) > 1 or self.direct_path else None
         self._hello(channel)
         engine = self.engine
 
@@ -88,6 +115,8 @@ class Shard:
                     engine.execute("disown", ((cid, args),), now_us())
                 elif op == "clients":  # how many clients that router serves
                     self.router_clients[cid] = args
+                elif op == "router":  # which router this channel belongs to
+                    self.router_channels[args] = cid
                 return
             try:
                 reply = engine.execute(op, args, now_us(), (cid, req_id))
@@ -106,7 +135,9 @@ class Shard:
         finally:
             del self.channels[cid]
             self.router_clients.pop(cid, None)
-            if len(self.channels) < 2:
+            for router in [r for r, c in self.router_channels.items() if c == cid]:
+                del self.router_channels[router]
+            if len(self.channels) < 2 and not self.direct_path:
                 self.engine.placed = None
             # The router is gone: so is every connection it served.
             now = now_us()
@@ -124,19 +155,43 @@ class Shard:
             channel.send([0, "hello", {"shard": self.index, "last-number": self.engine.last_number,
                                        "jobs": jobs[start:start + HELLO_CHUNK]}])
 
-    def _after_batch(self) -> None:
-        """Send what the engine produced beside direct replies; re-arm the timer."""
+    def schedule_after_batch(self) -> None:
+        """Run :meth:`_after_batch` once at the end of this loop turn."""
+        if not self._after_batch_scheduled:
+            self._after_batch_scheduled = True
+            gevent.get_hub().loop.run_callback(self._after_batch)
+
+    def flush_links(self) -> None:
+        """Send what the engine produced for the routers now (before a hand-back)."""
+        self._after_batch()
+
+    def send_placed(self) -> None:
+        """Tell every router of the jobs made here without it (its directory)."""
         engine = self.engine
-        if engine.outbox:
-            outbox, engine.outbox = engine.outbox, []
-            for (cid, req_id), reply in outbox:
-                channel = self.channels.get(cid)
-                if channel is not None:
-                    channel.send([req_id, reply])
         if engine.placed:
             placed, engine.placed = engine.placed, []
             for channel in self.channels.values():
                 channel.send([0, "placed", placed])
+
+    def frames_sent(self, router: int) -> int:
+        channel = self.channels.get(self.router_channels.get(router, -1))
+        return channel.sent if channel is not None else 0
+
+    def _after_batch(self) -> None:
+        """Send what the engine produced beside direct replies; re-arm the timer."""
+        self._after_batch_scheduled = False
+        engine = self.engine
+        while engine.outbox:   # a delivery may execute held requests, which may answer more
+            outbox, engine.outbox = engine.outbox, []
+            for token, reply in outbox:
+                cid = token[0]
+                if cid < 0:
+                    self.direct.deliver(token, reply)
+                    continue
+                channel = self.channels.get(cid)
+                if channel is not None:
+                    channel.send([token[1], reply])
+        self.send_placed()
         if engine.forgotten:
             forgotten = [id for id, _ in engine.forgotten]
             engine.forgotten = []
@@ -169,15 +224,20 @@ def main(argv=None) -> None:
                         help="queues this shard may hold (default: no cap)")
     parser.add_argument("--queue-idle-timeout", type=float, default=0.0, metavar="SECONDS",
                         help="remove a queue with no jobs and no waiters after this long (0: never)")
+    parser.add_argument("--shards", type=int, default=1, help="how many shards the server runs")
+    parser.add_argument("--direct-path", action="store_true",
+                        help="take client connections that routers hand over")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     setup_logging(args.log_level, f"shard-{args.index}")
-    shard = Shard(args.index, args.socket, args.max_queues, args.queue_idle_timeout)
+    shard = Shard(args.index, args.socket, args.max_queues, args.queue_idle_timeout, args.shards,
+                  args.direct_path)
     stop = stop_event()
     server = gevent.spawn(shard.serve)
     server.link(lambda g: stop.set())
     stop.wait()
     server.kill()
-    if os.path.exists(args.socket):
-        os.unlink(args.socket)
+    for path in (args.socket, handoff_path(args.socket)):
+        if os.path.exists(path):
+            os.unlink(path)
     log.info("shard %d exiting", args.index)

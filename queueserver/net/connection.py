@@ -1,40 +1,50 @@
-"""One client connection in the router: decode, route, answer in order.
+"""One client connection: decode, execute, answer in order.
 
-Nothing on a request's path blocks (shard calls and writes are queued), so a
-connection needs no greenlet: an io watcher calls :meth:`_readable` in the
-event loop whenever bytes arrive, which spares two greenlet switches per
-request. Pipelined requests are routed as soon as they are decoded, whatever
-shard they go to, and their answers are written in request order.
+The same class serves a connection in a router (which forwards requests
+to shards) and in a shard (which executes its own queues' requests and
+answers with no hop: the direct path). What differs is the *server* it is
+given, which executes commands, may move the connection to another
+process (:meth:`Server.placement`), and cleans up when it goes.
 
-What one client may cost the server is bounded in bytes: requests in flight
-count the largest answer they may bring (see :func:`reply_budget`), answers
-count until the kernel took them. Past ``max_outstanding_bytes`` (or
+Nothing on a request's path blocks (executions and writes are queued), so
+a connection needs no greenlet: an io watcher calls :meth:`_readable` in the
+event loop whenever bytes arrive. Pipelined requests are executed as soon
+as they are decoded and answered in request order.
+
+What one client may cost is bounded in bytes: requests in flight count the
+largest answer they may bring (see :func:`reply_budget`), answers count
+until the kernel took them. Past ``max_outstanding_bytes`` (or
 :data:`MAX_UNANSWERED` requests) decoded requests are held back and the
 socket is no longer read, so a client that pipelines without reading
-stalls itself, not the others. While a connection is not read, the router
+stalls itself, not the others. While a connection is not read, the server
 still watches it for a hang-up (``EPOLLRDHUP``), so a client that leaves is
 noticed at once. When the client goes, parked requests are withdrawn, any
-job leased to it in the meantime is given back, and shards are told, so
-that leases with close semantics (goqueue's) end.
+job leased to it in the meantime is given back, and the server ends what
+ends with the connection (goqueue's reservations).
 """
 from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Any, Optional, Set
+from typing import Any, Optional
 
 import gevent
 
 from ..engine.status import SERVER_ERROR, Reply
 from ..protocols.base import LOCAL, Command
-from ..net.channel import RECV_SIZE, BatchWriter
+from .channel import RECV_SIZE, BatchWriter
 
-log = logging.getLogger("queueserver.router")
+log = logging.getLogger("queueserver.connection")
 
 MAX_UNANSWERED = 4096           # requests in flight before reading pauses
 LINGER_SECONDS = 2.0            # how long a closing connection waits for its last reply to leave
 SMALL_REPLY = 256               # budget of an answer that carries no payload
 QUEUE_ENTRY = 300               # budget of one queue in an ``inspect queues`` answer
+
+# What :meth:`Server.placement` says of a command.
+SERVE = 0        # execute it here
+MAY_MOVE = 1     # better served elsewhere: move if nothing is in flight, else serve here
+MUST_MOVE = 2    # cannot be served here: hold it until the connection can move
 
 _READ = 1
 #: Requests whose answer may carry a job's payload or result.
@@ -74,39 +84,51 @@ class Slot:
 
 
 class ClientConnection:
-    def __init__(self, router, sock, codec, protocol: str = "", peer: Any = None) -> None:
-        self.router = router
+    """``server`` executes commands and owns the process-wide parts (see the
+    router's :class:`~queueserver.router.Router` and the shard's
+    :class:`~queueserver.shard.direct.DirectServer`)."""
+
+    def __init__(self, server, sock, codec, protocol: str = "", peer: Any = None,
+                 limits: Optional[dict] = None, origin: int = 0) -> None:
+        self.server = server
         self.sock = sock
         self.codec = codec
         self.protocol = protocol
-        self.id = router.new_connection_id()
+        self.id = server.new_connection_id()
+        self.origin = origin or self.id   # its id at the router that accepted it
+        self.moves = 0                    # times it was moved between processes
+        self.owned: Any = None            # the server's record of leases ending with it
         self.slots: deque = deque()
-        self.held: deque = deque()  # decoded requests waiting for room
+        self.held: deque = deque()  # decoded requests waiting for room (or for a move)
         self.closed = False        # no more requests are taken from this client
         self._gone = False
         self._paused = False
         self._progressing = False
         self._budget = 0           # bytes: requests in flight and answers not yet sent
-        self._limit = router.max_outstanding_bytes
-        self._max_payload = router.max_payload
-        #: links of shards holding leases that end with this connection
-        self._owning: Optional[Set[Any]] = set() if codec.leases_end_with_connection else None
+        limits = limits or {}
+        self.limits = {"max_outstanding_bytes": limits.get("max_outstanding_bytes",
+                                                           server.max_outstanding_bytes),
+                       "max_payload": limits.get("max_payload", server.max_payload)}
+        self._limit = self.limits["max_outstanding_bytes"]
+        self._max_payload = self.limits["max_payload"]
         self._raw = sock._sock     # the non-blocking OS socket inside gevent's socket
         self._fd = self._raw.fileno()
         self.writer = BatchWriter(sock, on_error=self._lost, on_drained=self._progress)
         self._watcher = gevent.get_hub().loop.io(self._fd, _READ)
         self._linger_timer = None
         self._debug = log.isEnabledFor(logging.DEBUG)
-        if self._debug:
+        if self._debug and peer is not None:
             log.debug("connection %d opened: %s from %s", self.id, protocol, _address(peer))
 
-    def start(self) -> None:
+    def start(self, unread: bytes = b"") -> None:
+        """Serve the connection, first ``unread`` bytes received elsewhere."""
         self._watcher.start(self._readable)
+        if unread:
+            self._received(unread)
 
     # ------------------------------------------------------------ reading
     def _readable(self) -> None:
-        """In the event loop: read what arrived, route every whole request
-        there is room for, hold the rest."""
+        """In the event loop: read what arrived and serve it."""
         try:
             data = self._raw.recv(RECV_SIZE)
         except BlockingIOError:
@@ -119,21 +141,25 @@ class ClientConnection:
             return
         if self.closed:
             return  # lingering after a closing reply: read off and drop
+        self._received(data)
+
+    def _received(self, data: bytes) -> None:
+        """Execute every whole request there is room for, hold the rest."""
         try:
             held = self.held
             for command in self.codec.receive(data):
                 if held or not self._room():
                     held.append(command)
                     continue
-                self._dispatch(command)
-                if self.closed:
-                    return
-        except Exception:  # a bug must cost one connection, not the router
+                if self._dispatch(command):
+                    return    # closed, or moved to another process
+        except Exception:  # a bug must cost one connection, not the process
             log.exception("serving a request failed; closing the connection")
             self._lost()
             return
         if self.held or not self._room():
             self._pause()
+        self.server.after_requests()
 
     def _room(self) -> bool:
         """Whether one more request may go out: not while unread answers fill
@@ -149,42 +175,55 @@ class ClientConnection:
         if not self._paused:
             self._paused = True
             self._watcher.stop()
-            self.router.watch_hangup(self._fd, self)
+            self.server.hangups.watch(self._fd, self)
 
     def _progress(self) -> None:
-        """Answers left or went out: route held requests, maybe read again."""
+        """Answers left or went out: execute held requests, maybe read again."""
         if self._progressing or self.closed:
             return
         self._progressing = True
         try:
             held = self.held
             while held and self._room():
-                self._dispatch(held.popleft())
-                if self.closed:
+                command = held.popleft()
+                if self._dispatch(command):
                     return
+                if held and held[0] is command:
+                    break   # it waits until the connection can move
         finally:
             self._progressing = False
         if self._paused and not self.held and len(self.slots) <= MAX_UNANSWERED // 2 \
                 and self._budget + self.writer.queued <= self._limit // 2:
             self._paused = False
-            self.router.unwatch_hangup(self._fd)
+            self.server.hangups.unwatch(self._fd)
             self._watcher.start(self._readable)
 
     def hung_up(self) -> None:
-        """The router saw the paused client hang up."""
+        """The server saw the paused client hang up."""
         if self._debug:
             log.debug("connection %d hung up while not being read", self.id)
         self._lost()
 
     # ----------------------------------------------------------- answering
-    def _dispatch(self, command: Command) -> None:
+    def _dispatch(self, command: Command) -> bool:
+        """Execute one command; True when the connection no longer serves
+        requests here (closed, or moved to another process)."""
         if command.route == LOCAL:
             slot = Slot(0)
             slot.close = command.close
             slot.data = command.reply
             self.slots.append(slot)
             self._flush()
-            return
+            return self.closed
+        placement = self.server.placement(self, command)
+        if placement != SERVE:
+            if not self.slots and not self.writer.queued:
+                self._move(command)     # what follows it moves along, unread
+                return True
+            if placement == MUST_MOVE:
+                self.held.appendleft(command)   # moves once what is in flight is answered
+                self._pause()
+                return False
         slot = Slot(reply_budget(command, self._max_payload))
         slot.close = command.close
         self.slots.append(slot)
@@ -194,7 +233,7 @@ class ClientConnection:
 
         def answer(reply: Reply) -> None:
             if self._gone:
-                self.router.abandoned(command, reply)
+                self.server.abandoned(command, reply)
                 return
             slot.pending = None
             try:
@@ -207,12 +246,8 @@ class ClientConnection:
             slot.data = data
             self._flush()
 
-        owner = None
-        if self._owning is not None and command.op == "lease":
-            owner = self.id
-        slot.pending = self.router.execute(command, answer, owner)
-        if owner is not None and isinstance(slot.pending, tuple):
-            self._owning.add(slot.pending[0])
+        slot.pending = self.server.execute(self, command, answer)
+        return self.closed
 
     def _flush(self) -> None:
         slots = self.slots
@@ -225,6 +260,24 @@ class ClientConnection:
                 return
         self._progress()
 
+    def _move(self, command: Command) -> None:
+        """Hand the socket, from ``command`` on, to the process the server
+        names; this process lets go of it without closing the client."""
+        unread = self.codec.unread(command)
+        state = self.codec.state_at(command)
+        self._detach()
+        self.held.clear()
+        self.moves += 1
+        if self._debug:
+            log.debug("connection %d moves at %s %r", self.id, command.op, command.key)
+        if not self.server.move(self, command, unread, state):
+            log.warning("connection %d could not be moved; closing it", self.id)
+            self.server.client_left(self)
+        try:
+            self.sock.close()   # our copy: the descriptor lives on in the other process
+        except OSError:
+            pass
+
     def _close_after_reply(self) -> None:
         """The last reply is queued: send it, half-close, read off what the
         client still sends (so closing sends no reset that could destroy the
@@ -233,7 +286,7 @@ class ClientConnection:
         self._withdraw()
         if self._paused:
             self._paused = False
-            self.router.unwatch_hangup(self._fd)
+            self.server.hangups.unwatch(self._fd)
             self._watcher.start(self._readable)
         self.writer.close()
         self._linger_timer = gevent.get_hub().loop.timer(LINGER_SECONDS)
@@ -243,29 +296,30 @@ class ClientConnection:
     def _withdraw(self) -> None:
         for slot in self.slots:
             if slot.pending is not None:
-                self.router.withdraw(slot.pending)
+                self.server.withdraw(slot.pending)
         self.slots.clear()
         self.held.clear()
         self._budget = 0
-        if self._owning:
-            for link in self._owning:
-                link.notify("closed", self.id)
-            self._owning.clear()
+        self.server.connection_closed(self)
+
+    def _detach(self) -> None:
+        """Stop every watcher and timer; the object keeps nothing alive."""
+        self._gone = True
+        self.closed = True
+        self._watcher.stop()
+        if self._paused:
+            self.server.hangups.unwatch(self._fd)
+        if self._linger_timer is not None:
+            self._linger_timer.stop()
+        self.writer.kill()
 
     def _lost(self) -> None:
         """The client is gone (or its closing reply has left): let go of it."""
         if self._gone:
             return
-        self._gone = True
-        self.closed = True
-        self._watcher.stop()
-        if self._paused:
-            self.router.unwatch_hangup(self._fd)
-        if self._linger_timer is not None:
-            self._linger_timer.stop()
+        self._detach()
         self._withdraw()
-        self.router.client_left(self)
-        self.writer.kill()
+        self.server.client_left(self)
         try:
             self.sock.close()
         except OSError:

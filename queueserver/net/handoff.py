@@ -1,0 +1,170 @@
+"""Moving a client connection between a router and a shard.
+
+The socket itself travels as ``SCM_RIGHTS`` ancillary data; with it goes
+one msgpack message saying what the receiver needs to go on exactly where
+the sender stopped (:class:`Move`): the protocol, the codec's state and the
+bytes received but not yet served. Messages travel over a Unix
+``SOCK_SEQPACKET`` socket (one per router and shard), which keeps message
+boundaries, so each descriptor arrives with its own message; unread bytes
+beyond one message's worth follow in ``more`` messages right after it (a
+lock keeps one move's messages together). The same socket carries
+:class:`Gone` notes: a moved connection has closed.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+
+import msgpack
+import gevent
+from gevent.queue import Queue
+
+log = logging.getLogger(__name__)
+
+CHUNK = 65536                    # unread bytes per message
+_MAX_MESSAGE = CHUNK + 16384
+
+
+class Move(NamedTuple):
+    """A connection handed over, and what its new owner needs."""
+
+    protocol: str
+    options: Dict[str, Any]     # the codec's options (max_payload, ...)
+    state: Dict[str, Any]       # the codec's state before the first unread command
+    unread: bytes               # bytes received from that command on
+    origin: int                 # the connection's id at the router that accepted it
+    router: int                 # that router's index
+    frames: int                 # frames the sender had sent on its link when it moved it
+    moves: int                  # times the connection has moved so far
+    limits: Dict[str, int]      # max_outstanding_bytes, max_payload
+    more: int = 0               # unread bytes that follow in ``more`` messages
+
+
+class Gone(NamedTuple):
+    """A moved connection closed: its router counts it no more."""
+
+    origin: int
+
+
+class HandoffChannel:
+    """One end of a handoff socket: ``send_move``/``send_gone``, and
+    ``receive`` to read the other end's messages until it closes."""
+
+    def __init__(self, sock) -> None:
+        self.sock = sock
+        self._pack = msgpack.Packer(use_bin_type=True).pack
+        # Sends may wait for room, and callers run in the event loop, which
+        # must not wait: a greenlet sends what they queue, in order.
+        self._outgoing: Queue = Queue()
+        self._sender: Optional[gevent.Greenlet] = None
+
+    def send_move(self, fd: int, move: Move) -> None:
+        """Queue ``move`` with (a duplicate of) descriptor ``fd``: the caller
+        may close its own copy at once."""
+        unread = move.unread
+        head = move._replace(unread=unread[:CHUNK], more=max(0, len(unread) - CHUNK))
+        messages = [self._pack(["move", list(head)])]
+        messages += [self._pack(["more", unread[start:start + CHUNK]])
+                     for start in range(CHUNK, len(unread), CHUNK)]
+        self._queue(messages, os.dup(fd))
+
+    def send_gone(self, origin: int) -> None:
+        self._queue([self._pack(["gone", origin])], None)
+
+    def _queue(self, messages: List[bytes], fd: Optional[int]) -> None:
+        self._outgoing.put((messages, fd))
+        if self._sender is None:
+            self._sender = gevent.spawn(self._send_all)
+
+    def _send_all(self) -> None:
+        while True:
+            messages, fd = self._outgoing.get()
+            try:
+                if fd is not None:
+                    socket.send_fds(self.sock, messages[:1], [fd])
+                    messages = messages[1:]
+                for message in messages:
+                    self.sock.sendall(message)
+            except OSError as err:
+                log.warning("a handoff message was not delivered: %s", err)
+            finally:
+                if fd is not None:
+                    os.close(fd)
+
+    def receive(self, on_move: Callable[[int, Move], None], on_gone: Callable[[Gone], None]) -> None:
+        """Read messages until the peer closes; a malformed one is logged and dropped."""
+        moving: Optional[Tuple[int, Move, List[bytes], int]] = None   # a move awaiting its bytes
+        while True:
+            try:
+                data, fds, flags, _ = socket.recv_fds(self.sock, _MAX_MESSAGE, 4)
+            except OSError:
+                return
+            if not data and not fds:
+                return
+            try:
+                kind, body = msgpack.unpackb(data, raw=False)
+                if kind == "more" and moving is not None:
+                    fd, move, parts, missing = moving
+                    parts.append(body)
+                    missing -= len(body)
+                    moving = None if missing <= 0 else (fd, move, parts, missing)
+                    if moving is None:
+                        on_move(fd, move._replace(unread=b"".join(parts), more=0))
+                elif kind == "move" and len(fds) == 1 and not flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+                    fd = fds.pop()
+                    move = Move(*body)
+                    if move.more:
+                        moving = (fd, move, [move.unread], move.more)
+                    else:
+                        on_move(fd, move)
+                elif kind == "gone":
+                    on_gone(Gone(body))
+                else:
+                    log.warning("dropped a handoff message %r with %d descriptors", kind, len(fds))
+            except Exception:
+                log.exception("handling a handoff message failed")
+            for fd in fds:   # anything not taken over
+                os.close(fd)
+
+    def close(self) -> None:
+        if self._sender is not None:
+            self._sender.kill(block=False)
+        while not self._outgoing.empty():
+            _, fd = self._outgoing.get()
+            if fd is not None:
+                os.close(fd)
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def handoff_path(shard_socket: str) -> str:
+    """Where shard's handoff socket lives, beside its link socket."""
+    return shard_socket + ".handoff"
+
+
+def listen_seqpacket(path: str, gevent_socket: Any) -> Any:
+    """A listening ``SOCK_SEQPACKET`` socket at ``path``, private to this user."""
+    if os.path.exists(path):
+        os.unlink(path)
+    listener = gevent_socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    old = os.umask(0o177)
+    try:
+        listener.bind(path)
+    finally:
+        os.umask(old)
+    listener.listen(64)
+    return listener
+
+
+def connect_seqpacket(path: str, gevent_socket: Any) -> Optional[Any]:
+    sock = gevent_socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        return None
+    return sock

@@ -1,0 +1,44 @@
+"""Watching connections that are not being read for their client leaving.
+
+A connection whose client pipelines without reading is no longer read, so
+its end of file would go unseen behind the unread requests. One epoll set
+per process, registered for ``EPOLLRDHUP`` only and watched by the event
+loop, tells the moment such a client hangs up.
+"""
+from __future__ import annotations
+
+import select
+from typing import Any, Dict
+
+import gevent
+
+
+class HangupWatch:
+    def __init__(self) -> None:
+        self._epoll = select.epoll()
+        self._watched: Dict[int, Any] = {}
+        self._watcher = gevent.get_hub().loop.io(self._epoll.fileno(), 1)
+        self._watcher.start(self._ready)
+
+    def watch(self, fd: int, connection: Any) -> None:
+        """Call ``connection.hung_up()`` when the peer of ``fd`` hangs up."""
+        self._watched[fd] = connection
+        self._epoll.register(fd, select.EPOLLRDHUP)
+
+    def unwatch(self, fd: int) -> None:
+        if self._watched.pop(fd, None) is not None:
+            try:
+                self._epoll.unregister(fd)
+            except OSError:
+                pass
+
+    def _ready(self) -> None:
+        for fd, _ in self._epoll.poll(0):
+            connection = self._watched.get(fd)
+            if connection is None:
+                self.unwatch(fd)
+            else:
+                connection.hung_up()
+
+    def stop(self) -> None:
+        self._watcher.stop()

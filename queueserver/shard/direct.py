@@ -1,0 +1,185 @@
+"""The shard's side of the direct path: client connections a router handed
+over, served by this shard's engine with no hop.
+
+A request for this shard's queues (or a job it holds, or a number it made)
+is executed at once; one it cannot serve alone is held until nothing of the
+connection is in flight, and the connection goes back to the router that
+sent it, from that request on (see :mod:`queueserver.router.router`).
+Parked requests (a blocking lease, ``result``, ``run``) wait in the engine
+under a token of their own, like a router's requests.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import select
+import uuid
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import xxhash
+from gevent import socket
+
+from ..engine.status import OK, Reply
+from ..net.connection import MUST_MOVE, SERVE, ClientConnection
+from ..net.handoff import Gone, HandoffChannel, Move
+from ..net.hangups import HangupWatch
+from ..protocols import codec_class
+from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command
+
+log = logging.getLogger("queueserver.shard")
+
+_hash = xxhash.xxh64_intdigest
+
+
+class DirectServer:
+    """Serves moved connections on ``shard`` (a :class:`~.shard.Shard`)."""
+
+    max_outstanding_bytes = 8 * 1048576   # the router's limits come with each connection
+    max_payload = 1048576
+
+    def __init__(self, shard) -> None:
+        self.shard = shard
+        self.engine = shard.engine
+        self.hangups = HangupWatch()
+        self.clients = 0
+        self._callbacks: Dict[Any, Callable[[Reply], None]] = {}   # parked requests
+        self._ids = itertools.count(1)
+        self._requests = itertools.count(1)
+        #: connection id -> (the handoff socket it came by, its router's index, its codec options)
+        self._homes: Dict[int, Tuple[HandoffChannel, int, Dict[str, Any]]] = {}
+
+    # ------------------------------------------------------------ arriving
+    def arrived(self, channel: HandoffChannel, fd: int, move: Move) -> None:
+        """A router handed over a connection: serve it from its first unread
+        byte, unless its client has left meanwhile (then nothing it sent is
+        executed, as a router that saw it leave would not have)."""
+        if _hung_up(fd):
+            os.close(fd)
+            try:
+                channel.send_gone(move.origin)
+            except OSError:
+                pass
+            return
+        sock = socket.socket(fileno=fd)
+        codec = codec_class(move.protocol)(**move.options)
+        codec.restore(move.state)
+        connection = ClientConnection(self, sock, codec, move.protocol, None, move.limits, move.origin)
+        connection.moves = move.moves
+        self._homes[connection.id] = (channel, move.router, move.options)
+        self.clients += 1
+        connection.start(move.unread)
+
+    def new_connection_id(self) -> int:
+        return next(self._ids)
+
+    # ------------------------------------------------------------- serving
+    def placement(self, connection: ClientConnection, command: Command) -> int:
+        return SERVE if self._local(command) else MUST_MOVE
+
+    def _local(self, command: Command) -> bool:
+        """Whether this shard alone can answer ``command``."""
+        route, key, shard = command.route, command.key, self.shard
+        if route == BY_NAME:
+            return _hash(key.encode()) % shard.shards == shard.index
+        if route == BY_NAMES:
+            return all(_hash(name.encode()) % shard.shards == shard.index for name in key)
+        if route == BY_ID:
+            return key in self.engine.jobs
+        if route == BY_NUMBER:
+            return (key - 1) % shard.shards == shard.index
+        return False
+
+    def execute(self, connection: ClientConnection, command: Command,
+                callback: Callable[[Reply], None]) -> Optional[Any]:
+        args = command.args
+        if command.new_id == SERVER_ID:
+            args = (str(uuid.uuid4()), *args[1:])
+        elif command.op == "lease" and connection.codec.leases_end_with_connection:
+            args = (*args, connection.id)
+            connection.owned = True
+        token = (-connection.id, next(self._requests))
+        reply = self.engine.execute(command.op, args, self.shard.now(), token)
+        if self.engine.placed:
+            # Routers hear of a new job before its client does: a request that
+            # follows the answer finds the job in their directory.
+            self.shard.send_placed()
+        if reply is None:
+            self._callbacks[token] = callback
+            return token
+        callback(reply)
+        return None
+
+    def deliver(self, token: Any, reply: Reply) -> None:
+        """An answer the engine produced later (a parked request's)."""
+        callback = self._callbacks.pop(token, None)
+        if callback is not None:
+            callback(reply)
+
+    def after_requests(self) -> None:
+        self.shard.schedule_after_batch()
+
+    # ------------------------------------------------------------- leaving
+    def withdraw(self, token: Any) -> None:
+        """The client left: the engine answers the parked request at once."""
+        self.engine.execute("cancel", (token,), self.shard.now())
+        self.shard.schedule_after_batch()
+
+    def abandoned(self, command: Command, reply: Reply) -> None:
+        """An answer reached a client that had left: give back the job."""
+        if reply[0] != OK:
+            return
+        view = reply[1]
+        if command.op == "lease":
+            self.engine.execute("unlease", (view[0], view[6]), self.shard.now())
+        elif command.op == "take":
+            self.engine.execute("restore", (view,), self.shard.now())
+        self.shard.schedule_after_batch()
+
+    def connection_closed(self, connection: ClientConnection) -> None:
+        if connection.owned:
+            self.engine.execute("disown", ((-connection.id, connection.id),), self.shard.now())
+            connection.owned = None
+            self.shard.schedule_after_batch()
+
+    def client_left(self, connection: ClientConnection) -> None:
+        self.clients -= 1
+        home = self._homes.pop(connection.id, None)
+        if home is not None:
+            try:
+                home[0].send_gone(connection.origin)
+            except OSError:
+                pass   # that router is gone too
+
+    def move(self, connection: ClientConnection, command: Command, unread: bytes, state: dict) -> bool:
+        """Hand ``connection`` back to its router, from ``command`` on."""
+        home = self._homes.pop(connection.id, None)
+        self.clients -= 1
+        if home is None:
+            return False
+        channel, router, options = home
+        self.shard.flush_links()   # frames it made (jobs placed) go first
+        move = Move(connection.protocol, options, state, unread, connection.origin, router,
+                    self.shard.frames_sent(router), connection.moves, connection.limits)
+        try:
+            channel.send_move(connection._fd, move)
+        except OSError as err:
+            log.warning("handing a connection back failed: %s", err)
+            return False
+        return True
+
+    def gone_router(self, channel: HandoffChannel) -> None:
+        """A router's handoff socket closed: nothing more goes back that way."""
+        for id in [id for id, home in self._homes.items() if home[0] is channel]:
+            del self._homes[id]
+
+    def on_gone(self, gone: Gone) -> None:
+        """Routers send shards no such note."""
+
+
+def _hung_up(fd: int) -> bool:
+    """Whether the peer of socket ``fd`` has closed or shut down its side."""
+    poller = select.poll()
+    poller.register(fd, select.POLLRDHUP)
+    return any(events & (select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+               for _, events in poller.poll(0))
