@@ -21,8 +21,15 @@ dev: $(BIN)/python
 run: venv
 	$(BIN)/queueserver serve $(ARGS)
 
+# Tests that drive real servers run twice: with the direct path (the
+# default) and with every request forwarded through the router.
+SERVER_TESTS := tests/test_workq_server.py tests/test_text_protocols_server.py \
+                tests/test_binary_protocols_server.py tests/test_protocol_limits_server.py \
+                tests/test_router_limits.py tests/test_fuzz_server.py tests/test_client.py
+
 test: dev
 	$(BIN)/python -m pytest $(ARGS)
+	QS_DIRECT_PATH=0 $(BIN)/python -m pytest $(SERVER_TESTS) $(ARGS)
 
 # A bounded headless locust run against a server it starts on loopback.
 loadtest: dev

@@ -302,8 +302,8 @@ class Report:
         out += [
             f"(1) full job cycle, {o.payload}-byte payloads, {o.connections} connections, no pipelining "
             "(one request in flight per connection; a cycle = 3 round trips)",
-            f"    ours: add + lease + complete over {o.queues} queue names (all shards take load); "
-            f"beanstalkd: put + reserve-with-timeout + delete, one tube per connection;",
+            f"    ours: add + lease + complete, one queue per connection (their names spread over the "
+            f"shards); beanstalkd: put + reserve-with-timeout + delete, one tube per connection;",
             f"    redis: LPUSH + BLMOVE src src:busy LEFT RIGHT + LREM src:busy 1 <value>, {o.queues} keys; "
             f"queues pre-filled with {o.prefill:,} jobs so a take never waits",
             "    latency: 'req' = one request's round trip, 'cycle' = all three; jobs/s = cycles/s",

@@ -104,6 +104,10 @@ class Protocol:
 
 class Workq(Protocol):
     name = "workq"
+    # One queue per connection, as beanstalkd's tube per connection and as
+    # most workers and producers do: each connection's traffic goes to one
+    # shard, so the direct path serves it (the shards share the load).
+    rotates_names = False
     enqueue_ok = b"+OK\r\n"
     finish_ok = b"+OK\r\n"
 
