@@ -115,6 +115,11 @@ def test_clients_leaving_parked_leases_leave_no_router_memory_behind(started):
     router = proc.child_pids()["router"]
     names = " ".join(f"m{i}" for i in range(2000))
     line = f"lease {names} 60000\r\n".encode()
+    counter = Wire(proc.connect())
+
+    def active() -> int:
+        reply = counter.call(b"inspect server\r\n")
+        return int(reply.split(b"active-clients ")[1].split(b"\r\n")[0])
 
     def round_of_clients(count: int) -> None:
         socks = []
@@ -122,20 +127,16 @@ def test_clients_leaving_parked_leases_leave_no_router_memory_behind(started):
             sock = proc.connect()
             sock.sendall(line)
             socks.append(sock)
-        time.sleep(0.3)
+        wait_for(lambda: active() == count + 1, 20, "every client to be served")
         for sock in socks:
             sock.close()
-        probe = Wire(proc.connect())
-        assert probe.call(add(new_id(), "probe")) == b"+OK\r\n"   # every close was read
-        probe.close()
+        wait_for(lambda: active() == 1, 20, "every close to be seen")
 
     for _ in range(2):
         round_of_clients(40)                            # warm up allocator and caches
-    time.sleep(0.5)
     before = rss_kb(router)
     for _ in range(5):
         round_of_clients(40)
-    time.sleep(0.5)
     after = rss_kb(router)
     assert after <= before * 1.10, (before, after)
 
