@@ -216,16 +216,12 @@ def test_ttr_expiry_with_max_attempts_fails_the_job(wire):
 
 
 def test_ttl_eviction_counts_evicted_jobs(wire):
-    def evicted() -> int:
-        reply = wire.call(b"inspect server\r\n")
-        return int(reply.split(b"evicted-jobs ")[1].split(b"\r\n")[0])
-
-    before = evicted()
+    before = server_stat(wire, "evicted-jobs")
     q, id = qname(), new_id()
     wire.call(add(id, q, ttl=150))
     wait_for(lambda: wire.call(f"inspect job {id}\r\n".encode()) == b"-NOT-FOUND\r\n",
              what="the TTL to evict the job")
-    assert evicted() == before + 1
+    assert server_stat(wire, "evicted-jobs") == before + 1
     assert wire.call(add(id, q)) == b"+OK\r\n"  # the id is free again
 
 

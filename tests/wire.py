@@ -138,3 +138,16 @@ def add(id: str, name: str = "q", payload: bytes = b"data", ttr: int = 10000, tt
         flags: str = "") -> bytes:
     flags = f" {flags}" if flags else ""
     return f"add {id} {name} {ttr} {ttl} {len(payload)}{flags}\r\n".encode() + payload + b"\r\n"
+
+
+def queue_exists(w: Wire, name: str) -> bool:
+    """Whether a shard holds queue ``name`` (over workq): a lease on it, even
+    one that parks, makes it, so this tells that the lease reached its shard."""
+    return w.call(f"inspect queue {name}\r\n".encode()) != b"-NOT-FOUND\r\n"
+
+
+def server_stat(w: Wire, key: str) -> int:
+    """One count of ``inspect server`` over workq: ``active-clients`` (every
+    router's clients) or ``evicted-jobs``."""
+    reply = w.call(b"inspect server\r\n")
+    return int(reply.split(f"{key} ".encode())[1].split(b"\r\n")[0])

@@ -11,5 +11,8 @@ def boom(job):
 
 
 def dawdle(job):
+    # Sleeping is the point: a job that outlives its TTR (the payload's
+    # seconds, longer than the TTR the test gives). time.sleep never returns
+    # early, so the TTR always runs out first.
     time.sleep(float(job.payload))
     return b"too late"
