@@ -66,7 +66,7 @@ def received(sock) -> Iterator[bytes]:
 
 class BatchWriter:
     __slots__ = ("sock", "_raw", "chunks", "queued", "closed", "_closing",
-                 "_greenlet", "_on_error", "_on_drained", "_listed")
+                 "_greenlet", "_on_error", "_on_drained", "_listed", "first")
 
     def __init__(self, sock, on_error: Optional[Callable[[], None]] = None,
                  on_drained: Optional[Callable[[], None]] = None) -> None:
@@ -80,6 +80,7 @@ class BatchWriter:
         self._on_drained = on_drained   # called when everything queued has been sent
         self._greenlet: Optional[gevent.Greenlet] = None
         self._listed = False
+        self.first = False         # sent before the others of its loop turn (links between processes)
 
     def write(self, data: bytes) -> None:
         if self.closed:
@@ -92,7 +93,10 @@ class BatchWriter:
         global _scheduled
         if not self._listed:
             self._listed = True
-            _pending.append(self)
+            if self.first:
+                _pending.insert(0, self)
+            else:
+                _pending.append(self)
             if not _scheduled:
                 _scheduled = True
                 gevent.get_hub().loop.run_callback(_flush_pending)
@@ -173,6 +177,10 @@ class FrameChannel:
     def __init__(self, sock) -> None:
         self.sock = sock
         self.writer = BatchWriter(sock)
+        # A frame leaves before the client answers of its loop turn: a note
+        # like "this job exists" reaches the router before the job's client
+        # can act on its answer.
+        self.writer.first = True
         self._pack = msgpack.Packer(use_bin_type=True).pack
         self.sent = 0       # frames sent so far: a receiver can tell it has seen them all
         self.received = 0   # frames handled so far

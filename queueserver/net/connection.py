@@ -153,13 +153,13 @@ class ClientConnection:
                     continue
                 if self._dispatch(command):
                     return    # closed, or moved to another process
+            if self.held or not self._room():
+                self._pause()
         except Exception:  # a bug must cost one connection, not the process
             log.exception("serving a request failed; closing the connection")
             self._lost()
-            return
-        if self.held or not self._room():
-            self._pause()
-        self.server.after_requests()
+        finally:
+            self.server.after_requests()
 
     def _room(self) -> bool:
         """Whether one more request may go out: not while unread answers fill
@@ -182,8 +182,9 @@ class ClientConnection:
         if self._progressing or self.closed:
             return
         self._progressing = True
+        held = self.held
+        dispatched = bool(held)
         try:
-            held = self.held
             while held and self._room():
                 command = held.popleft()
                 if self._dispatch(command):
@@ -192,6 +193,8 @@ class ClientConnection:
                     break   # it waits until the connection can move
         finally:
             self._progressing = False
+            if dispatched:
+                self.server.after_requests()
         if self._paused and not self.held and len(self.slots) <= MAX_UNANSWERED // 2 \
                 and self._budget + self.writer.queued <= self._limit // 2:
             self._paused = False

@@ -24,6 +24,7 @@ log = logging.getLogger("queueserver.router")
 
 Callback = Callable[[Reply], None]
 RECONNECT_DELAY = 0.05
+LINK_PRIORITY = 2          # libev's highest: before client sockets' watchers
 
 
 class ShardLink:
@@ -85,6 +86,10 @@ class ShardLink:
                 sock.close()
                 gevent.sleep(RECONNECT_DELAY)
                 continue
+            # Frames from a shard are handled before client requests that
+            # arrive in the same loop turn: a shard's note of a job it made
+            # directly is seen before a request its client sent after.
+            sock._read_event.priority = LINK_PRIORITY
             channel = FrameChannel(sock)
             self.channel = channel
             log.info("connected to shard %d at %s", self.index, self.path)

@@ -100,10 +100,6 @@ class DirectServer:
             connection.owned = True
         token = (-connection.id, next(self._requests))
         reply = self.engine.execute(command.op, args, self.shard.now(), token)
-        if self.engine.placed:
-            # Routers hear of a new job before its client does: a request that
-            # follows the answer finds the job in their directory.
-            self.shard.send_placed()
         if reply is None:
             self._callbacks[token] = callback
             return token
@@ -117,6 +113,10 @@ class DirectServer:
             callback(reply)
 
     def after_requests(self) -> None:
+        # Routers hear of new jobs in this loop turn, before the clients get
+        # their answers (link frames leave first): a request that follows an
+        # answer finds the job in their directory.
+        self.shard.send_placed()
         self.shard.schedule_after_batch()
 
     # ------------------------------------------------------------- leaving
