@@ -104,3 +104,35 @@ def test_moved_connections_are_counted_once(server):
         w.close()
     wait_for(lambda: active() == base, 10, "the clients to be counted out")
     counter.close()
+
+
+def test_a_shards_direct_connections_close_with_it_and_are_counted_out():
+    proc = ServerProcess(shards=2, protocols=["workq"], extra=["--direct-path", "--log-level", "debug"]).start()
+    try:
+        counter = Wire(proc.connect())
+
+        def active() -> int:
+            reply = counter.call(b"inspect server\r\n")
+            return int(reply.split(b"active-clients ")[1].split(b"\r\n")[0])
+        victim = qname("victim")
+        shard = __import__("queueserver.router", fromlist=["shard_for"]).shard_for(victim, 2)
+        w = Wire(proc.connect())
+        assert w.call(add(new_id(), victim)) == b"+OK\r\n"
+        wait_for(lambda: active() == 2, 10, "two clients")
+        pid = proc.child_pids()[f"shard-{shard}"]
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: proc.child_pids()[f"shard-{shard}"] != pid, 20, "the shard to restart")
+        with pytest.raises(ConnectionError):
+            w.call(add(new_id(), victim))            # it lived in the shard's process
+        wait_for(lambda: active() == 1, 10, "the dead shard's client to be counted out")
+
+        def served() -> bool:
+            fresh = Wire(proc.connect())
+            try:
+                return fresh.call(add(new_id(), victim)) == b"+OK\r\n"
+            finally:
+                fresh.close()
+        wait_for(served, 20, "a new connection to be served by the restarted shard")
+        counter.close()
+    finally:
+        proc.stop()

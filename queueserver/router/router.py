@@ -246,10 +246,12 @@ class Router:
         except OSError as err:
             log.warning("handing a connection to shard %d failed: %s", link.index, err)
             return False
+        link.moved.add(connection.origin)
         return True
 
     def _moved_back(self, link: ShardLink, fd: int, move: Move) -> None:
         """A shard handed a connection back: serve it from its first unread request."""
+        link.moved.discard(move.origin)
         deadline = time.monotonic() + HANDBACK_WAIT
         while link.frames_seen() < move.frames and time.monotonic() < deadline:
             gevent.sleep(0.001)   # jobs it made are in frames sent before: learn them first
@@ -268,6 +270,9 @@ class Router:
 
     def _gone(self, link: ShardLink, gone: Gone) -> None:
         """A connection this router handed on has closed."""
+        if gone.origin not in link.moved:
+            return   # counted out already (its shard's link dropped)
+        link.moved.discard(gone.origin)
         self.clients -= 1
         self._report_clients()
 
@@ -437,6 +442,10 @@ class Router:
 
     def _shard_down(self, link: ShardLink) -> None:
         self.directory.forget_shard(link.index)
+        if link.moved:   # the connections it served died with it
+            self.clients -= len(link.moved)
+            link.moved.clear()
+            self._report_clients()
 
 
 def _spare_descriptor() -> Optional[int]:

@@ -11,7 +11,7 @@ which client connections move to the shard and back (:mod:`..net.handoff`).
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 import gevent
 from gevent import socket
@@ -39,6 +39,8 @@ class ShardLink:
         self.pending: Dict[int, Callback] = {}
         self.channel: Optional[FrameChannel] = None
         self.handoff: Optional[HandoffChannel] = None
+        #: ids (at this router) of the connections this router handed to the shard
+        self.moved: Set[int] = set()
         self._handoffs = handoffs
         self._next_id = 1
         self._on_event = on_event
