@@ -10,7 +10,8 @@ import signal
 import pytest
 
 from serverproc import ServerProcess, wait_for
-from wire import Wire, add, inspect_field, names_on_distinct_shards, new_id, qname
+from queueserver.router import shard_for
+from wire import Wire, add, inspect_field, names_on_distinct_shards, new_id, qname, server_stat
 
 
 @pytest.fixture(scope="module")
@@ -90,11 +91,9 @@ def test_a_moved_connection_outlives_its_router(server):
 
 def test_moved_connections_are_counted_once(server):
     counter = Wire(server.connect())
-    counter.call(b"inspect server\r\n")
 
     def active() -> int:
-        reply = counter.call(b"inspect server\r\n")
-        return int(reply.split(b"active-clients ")[1].split(b"\r\n")[0])
+        return server_stat(counter, "active-clients")
     base = active()
     wires = [Wire(server.connect()) for _ in range(6)]
     for w in wires:
@@ -112,10 +111,9 @@ def test_a_shards_direct_connections_close_with_it_and_are_counted_out():
         counter = Wire(proc.connect())
 
         def active() -> int:
-            reply = counter.call(b"inspect server\r\n")
-            return int(reply.split(b"active-clients ")[1].split(b"\r\n")[0])
+            return server_stat(counter, "active-clients")
         victim = qname("victim")
-        shard = __import__("queueserver.router", fromlist=["shard_for"]).shard_for(victim, 2)
+        shard = shard_for(victim, 2)
         w = Wire(proc.connect())
         assert w.call(add(new_id(), victim)) == b"+OK\r\n"
         wait_for(lambda: active() == 2, 10, "two clients")

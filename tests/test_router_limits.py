@@ -16,7 +16,7 @@ import pytest
 
 from serverproc import ServerProcess, wait_for
 from test_binary_protocols_server import GoWire, g_add, g_reserve, reserved_fields
-from wire import Wire, add, new_id, qname
+from wire import Wire, add, new_id, qname, server_stat
 
 
 def rss_kb(pid: int) -> int:
@@ -118,8 +118,7 @@ def test_clients_leaving_parked_leases_leave_no_router_memory_behind(started):
     counter = Wire(proc.connect())
 
     def active() -> int:
-        reply = counter.call(b"inspect server\r\n")
-        return int(reply.split(b"active-clients ")[1].split(b"\r\n")[0])
+        return server_stat(counter, "active-clients")
 
     def round_of_clients(count: int) -> None:
         socks = []
