@@ -68,8 +68,9 @@ def lease_view(job: Job, shard: int = 0) -> list:
     """What a worker receives for a leased job, for every protocol; ``attempts``
     and ``shard`` let the router undo an undelivered lease, ``order`` compare
     jobs across shards."""
-    return [job.id, job.name, job.payload, job.number, job.priority, job.ttr,
-            job.attempts, job.order, shard]
+    order = job.order  # (-priority, sched, created, number), unpacked once
+    return [job.id, job.name, job.payload, order[3], -order[0], job.ttr,
+            job.attempts, order, shard]
 
 
 def result_view(job: Job) -> list:
@@ -112,7 +113,6 @@ class Engine:
         self.evicted = 0
         self.journal = journal
         self.last_number = 0
-        self._shared: Dict[int, int] = {}  # one int object per distinct TTR/TTL value
 
     # ------------------------------------------------------------------ entry
     def execute(self, op: str, args: Sequence[Any], now: int, token: Any = None) -> Optional[Reply]:
@@ -493,7 +493,7 @@ class Engine:
             for queue in queues:
                 if queue.ready:
                     candidate = queue.ready[0]
-                    if best is None or candidate.order < best.order:
+                    if best is None or candidate.key < best.key:  # key: order as one int
                         best = candidate
             if best is None or best.attempts_left:
                 return best
@@ -545,14 +545,11 @@ class Engine:
     def _ev_add(self, id, number, name, payload, priority, ttr, ttl, max_attempts, max_fails,
                 now, sched, foreground) -> None:
         queue = self._queue(name)
-        shared = self._shared
-        # Jobs share their queue's name and repeated durations: less memory per job.
-        job = Job(id, number, queue.name, payload, priority=priority,
-                  ttr=shared.setdefault(ttr, ttr), ttl=shared.setdefault(ttl, ttl),
+        # Jobs share their queue's name, and jobs added alike one flags int
+        # (TTR, TTL, limits): less memory per job.
+        job = Job(id, number, queue.name, payload, priority=priority, ttr=ttr, ttl=ttl,
                   max_attempts=max_attempts, max_fails=max_fails, created=now, sched=sched,
                   foreground=foreground, scheduled=sched is not None)
-        if len(shared) > 4096:
-            shared.clear()
         queue.jobs += 1
         self.jobs[id] = job
         if self.by_number is not None:
@@ -563,9 +560,9 @@ class Engine:
             self.last_number = number
         if ttl:
             self._start_ttl(job)
-        if job.sched > now:
+        if sched is not None and sched > now:
             queue.sleep(job)
-            job.timer = self.timers.add(Timer(job.sched, T_WAKE, job))
+            job.timer = self.timers.add(Timer(sched, T_WAKE, job))
         else:
             queue.push(job)
             self._offer(queue, now)
@@ -585,8 +582,7 @@ class Engine:
         self._offer(queue, now)
 
     def _start_ttl(self, job: Job) -> None:
-        job.due = job.sched + job.ttl * MS
-        self.timers.add(job)
+        self.timers.add(job)  # its due follows from its schedule and TTL
 
     def _ev_wake(self, id, now) -> None:
         job = self.jobs[id]
@@ -601,8 +597,9 @@ class Engine:
         self.queues[job.name].remove(job)
         job.state = J.LEASED
         job.attempts += 1
-        if job.ttr:
-            job.timer = self.timers.add(Timer(now + job.ttr * MS, T_TTR, job))
+        ttr = job.ttr
+        if ttr:
+            job.timer = self.timers.add(Timer(now + ttr * MS, T_TTR, job))
 
     def _ev_unlease(self, id, now) -> None:
         job = self.jobs[id]

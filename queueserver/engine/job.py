@@ -4,10 +4,27 @@ A job is one object with fixed slots: all five protocols map onto these
 fields, so a job added over one protocol can be taken over any other.
 Times are integer microseconds since the Unix epoch; durations given by
 clients (TTR, TTL) are kept in their original milliseconds.
+
+A shard holds up to millions of queued jobs, so a job is kept small
+(tests/test_engine_memory.py guards the figure):
+
+* ``key``, one int, is its place in a ready queue and holds its priority,
+  schedule time, creation time and number (see :func:`pack_order`); the
+  ``order`` tuple other code sees is made from it on demand.
+* ``flags``, one int, holds what rarely differs between jobs: TTR, TTL,
+  max-attempts, max-fails, fails, and whether it is a ``run`` job or was
+  scheduled. Equal flags are one shared int object (:func:`_intern`), so
+  jobs added alike pay nothing for them.
+* ``due`` (when the TTL evicts it) is derived from the schedule time and
+  the TTL, so it costs no int per job either (see timers.py).
+* ``aux`` is the TTR or wake-up timer while one runs, and the result once
+  the job is finished (a finished job has no timer).
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Dict, Optional, Tuple
+
+from .timers import Timer
 
 NEW = 0
 COMPLETED = 1
@@ -20,17 +37,97 @@ ATTEMPTS_CAP = 255
 #: max_attempts of jobs from protocols with no attempt limit at all.
 UNLIMITED_ATTEMPTS = -1
 
+MS = 1000  # microseconds per millisecond
+
+# ``key`` layout, most significant first: -priority (any size, signed), then
+# schedule + 2**62 (63 bits), creation + 2**57 (58 bits), number (58 bits).
+# Comparing keys compares (-priority, sched, created, number) as the tuple
+# did; a priority-0 job's key stays within 179 bits, a 48-byte int.
+_N_BITS = 58
+_C_BITS = 58
+_S_BITS = 63
+_C_SHIFT = _N_BITS
+_S_SHIFT = _N_BITS + _C_BITS
+_P_SHIFT = _S_SHIFT + _S_BITS
+_S_BIAS = 1 << (_S_BITS - 1)
+_C_BIAS = 1 << (_C_BITS - 1)
+_N_MASK = (1 << _N_BITS) - 1
+_C_MASK = (1 << _C_BITS) - 1
+_S_MASK = (1 << _S_BITS) - 1
+
+# ``flags`` layout, least significant first: ttr (ms, read on every lease,
+# so at the bottom), the attempt and fail limits, the fail count, two bits,
+# and ttl (ms) as the top field, so any TTL fits.
+_TTR_BITS = 64
+_TTR_MASK = (1 << _TTR_BITS) - 1
+_FIELD_BITS = 32
+_FIELD_MASK = (1 << _FIELD_BITS) - 1
+_MAX_ATTEMPTS_SHIFT = _TTR_BITS                       # max_attempts + 1
+_MAX_FAILS_SHIFT = _MAX_ATTEMPTS_SHIFT + _FIELD_BITS
+_FAILS_SHIFT = _MAX_FAILS_SHIFT + _FIELD_BITS         # fails <= max(max_fails, 1)
+_FAILS_MASK = (1 << (_FIELD_BITS + 1)) - 1
+_FOREGROUND = 1 << (_FAILS_SHIFT + _FIELD_BITS + 1)
+_SCHEDULED = _FOREGROUND << 1
+_TTL_SHIFT = _FAILS_SHIFT + _FIELD_BITS + 3
+_BELOW_TTL = (1 << _TTL_SHIFT) - 1
+
+_interned: Dict[int, int] = {}
+
+
+def _intern(flags: int) -> int:
+    """One int object per distinct value: most jobs share a handful."""
+    interned = _interned.get(flags)
+    if interned is None:
+        if len(_interned) >= 4096:  # many distinct TTLs: start over rather than grow
+            _interned.clear()
+        interned = _interned[flags] = flags
+    return interned
+
+
+def pack_order(priority: int, sched: int, created: int, number: int) -> int:
+    """One int that sorts as ``(-priority, sched, created, number)`` does.
+
+    ``sched`` may be any time within ±146,000 years of the epoch, ``created``
+    within ±4,500 years, ``number`` below 2**58; priority is unbounded.
+    """
+    s = sched + _S_BIAS
+    c = created + _C_BIAS
+    if not (0 <= s <= _S_MASK and 0 <= c <= _C_MASK and 0 <= number <= _N_MASK):
+        raise ValueError(f"job order out of range: sched={sched} created={created} number={number}")
+    # `|` makes an int of exactly the digits it needs (`+` may leave one spare).
+    rest = (s << _S_SHIFT) | (c << _C_SHIFT) | number
+    return rest if not priority else (-priority << _P_SHIFT) + rest
+
+
+def unpack_order(key: int) -> Tuple[int, int, int, int]:
+    """``(-priority, sched, created, number)`` of a key made by :func:`pack_order`."""
+    return (key >> _P_SHIFT, ((key >> _S_SHIFT) & _S_MASK) - _S_BIAS,
+            ((key >> _C_SHIFT) & _C_MASK) - _C_BIAS, key & _N_MASK)
+
+
+def schedule_key(job: "Job") -> int:
+    """Sorts sleeping jobs as ``(sched, number)`` does."""
+    key = job.key
+    return (((key >> _S_SHIFT) & _S_MASK) << _N_BITS) | (key & _N_MASK)
+
+
+def pack_flags(ttr: int, ttl: int, max_attempts: int, max_fails: int, fails: int = 0,
+               foreground: bool = False, scheduled: bool = False) -> int:
+    if not (0 <= ttr <= _TTR_MASK and ttl >= 0 and -1 <= max_attempts < _FIELD_MASK
+            and 0 <= max_fails <= _FIELD_MASK and 0 <= fails <= _FAILS_MASK):
+        raise ValueError(f"job field out of range: ttr={ttr} ttl={ttl} max_attempts={max_attempts} "
+                         f"max_fails={max_fails} fails={fails}")
+    return _intern((ttl << _TTL_SHIFT) | ttr | (fails << _FAILS_SHIFT)
+                   | (max_fails << _MAX_FAILS_SHIFT) | ((max_attempts + 1) << _MAX_ATTEMPTS_SHIFT)
+                   | (_FOREGROUND if foreground else 0) | (_SCHEDULED if scheduled else 0))
+
 
 class Job:
-    """One job. ``order`` is its place in a ready queue (smallest first)."""
+    """One job. ``key`` is its place in a ready queue (smallest first)."""
 
     kind = "ttl"  # as an entry of the shard's timers, a job stands for its TTL
 
-    __slots__ = (
-        "id", "number", "name", "payload", "priority", "ttr", "ttl",
-        "max_attempts", "max_fails", "attempts", "fails", "state",
-        "created", "sched", "result", "order", "timer", "due", "foreground", "scheduled",
-    )
+    __slots__ = ("id", "name", "payload", "key", "state", "attempts", "aux", "flags")
 
     def __init__(
         self,
@@ -49,33 +146,153 @@ class Job:
         foreground: bool = False,
         scheduled: bool = False,
     ) -> None:
+        if sched is None:
+            sched = created
         self.id = id
-        self.number = number
         self.name = name
         self.payload = payload
-        self.priority = priority
-        self.ttr = ttr                      # ms; 0 means the lease never times out
-        self.ttl = ttl                      # ms; 0 means the job never expires
-        self.max_attempts = max_attempts    # 0: up to ATTEMPTS_CAP; UNLIMITED_ATTEMPTS: no cap
-        self.max_fails = max_fails
-        self.attempts = 0
-        self.fails = 0
+        # Higher priority first, then earlier schedule, creation, arrival
+        # (pack_order and pack_flags, inlined: this is the add path).
+        s = sched + _S_BIAS
+        c = created + _C_BIAS
+        if not (0 <= s <= _S_MASK and 0 <= c <= _C_MASK and 0 <= number <= _N_MASK):
+            pack_order(priority, sched, created, number)  # raises, saying what
+        key = (s << _S_SHIFT) | (c << _C_SHIFT) | number
+        self.key = (-priority << _P_SHIFT) + key if priority else key
         self.state = NEW
-        self.created = created
-        self.sched = created if sched is None else sched
-        self.result: Optional[bytes] = None
-        # Higher priority first, then earlier schedule, creation, arrival.
-        self.order = (-priority, self.sched, created, number)
-        self.timer = None        # the wake-up or TTR Timer, if any
-        self.due: Optional[int] = None  # when the TTL evicts it; the job is its own TTL timer
-        self.foreground = foreground  # a `run` job: removed once its caller has its answer
-        self.scheduled = scheduled    # added by `schedule`: inspect shows its time
+        self.attempts = 0
+        self.aux: Any = None                # its timer while one runs; its result once finished
+        if not (0 <= ttr <= _TTR_MASK and ttl >= 0 and -1 <= max_attempts < _FIELD_MASK
+                and 0 <= max_fails <= _FIELD_MASK):
+            pack_flags(ttr, ttl, max_attempts, max_fails)  # raises, saying what
+        flags = ((ttl << _TTL_SHIFT) | ttr | (max_fails << _MAX_FAILS_SHIFT)
+                 | ((max_attempts + 1) << _MAX_ATTEMPTS_SHIFT))
+        if foreground:
+            flags |= _FOREGROUND
+        if scheduled:
+            flags |= _SCHEDULED
+        self.flags = _interned.get(flags) or _intern(flags)
+
+    # ------------------------------------------------------------ ordering
+    @property
+    def order(self) -> Tuple[int, int, int, int]:
+        """``(-priority, sched, created, number)``: its place, as plain data."""
+        return unpack_order(self.key)
+
+    @order.setter
+    def order(self, order) -> None:
+        minus_priority, sched, created, number = order
+        self.key = pack_order(-minus_priority, sched, created, number)
 
     @property
+    def priority(self) -> int:
+        return -(self.key >> _P_SHIFT)
+
+    @property
+    def sched(self) -> int:
+        return ((self.key >> _S_SHIFT) & _S_MASK) - _S_BIAS
+
+    @property
+    def created(self) -> int:
+        return ((self.key >> _C_SHIFT) & _C_MASK) - _C_BIAS
+
+    @property
+    def number(self) -> int:
+        return self.key & _N_MASK
+
+    # ------------------------------------------------------------ TTR, TTL
+    @property
+    def ttr(self) -> int:
+        """ms; 0 means the lease never times out."""
+        return self.flags & _TTR_MASK
+
+    @property
+    def ttl(self) -> int:
+        """ms; 0 means the job never expires."""
+        return self.flags >> _TTL_SHIFT
+
+    @property
+    def due(self) -> Optional[int]:
+        """When the TTL evicts it (the job is its own TTL timer); None: never."""
+        ttl = self.flags >> _TTL_SHIFT
+        if not ttl:
+            return None
+        return ((self.key >> _S_SHIFT) & _S_MASK) - _S_BIAS + ttl * MS
+
+    @due.setter
+    def due(self, due: Optional[int]) -> None:
+        """``None`` once its TTL no longer runs (it left the shard). Any other
+        value is the one its schedule and TTL give already, and is not kept."""
+        if due is None:
+            self.flags = _intern(self.flags & _BELOW_TTL)
+
+    @property
+    def line(self) -> Tuple[int, int]:
+        """``(ttl, -priority)``: among jobs alike in both, the order of their
+        keys is the order of their deadlines (see timers.py)."""
+        return self.flags >> _TTL_SHIFT, self.key >> _P_SHIFT
+
+    # ------------------------------------------------------ timer, result
+    # One slot serves both: a job has a timer only while leased or sleeping,
+    # and a result only once finished (a finished job that is retried keeps
+    # its old result there until a timer replaces it; nobody reads it).
+    @property
+    def timer(self) -> Optional[Timer]:
+        """The wake-up or TTR Timer, if any."""
+        aux = self.aux
+        return aux if aux.__class__ is Timer else None
+
+    @timer.setter
+    def timer(self, timer: Optional[Timer]) -> None:
+        if timer is not None or self.aux.__class__ is Timer:
+            self.aux = timer
+
+    @property
+    def result(self) -> Optional[bytes]:
+        aux = self.aux
+        return None if aux.__class__ is Timer else aux
+
+    @result.setter
+    def result(self, result: Optional[bytes]) -> None:
+        self.aux = result
+
+    # -------------------------------------------------------------- flags
+    @property
+    def max_attempts(self) -> int:
+        """0: up to ATTEMPTS_CAP; UNLIMITED_ATTEMPTS: no cap."""
+        return ((self.flags >> _MAX_ATTEMPTS_SHIFT) & _FIELD_MASK) - 1
+
+    @property
+    def max_fails(self) -> int:
+        return (self.flags >> _MAX_FAILS_SHIFT) & _FIELD_MASK
+
+    @property
+    def fails(self) -> int:
+        return (self.flags >> _FAILS_SHIFT) & _FAILS_MASK
+
+    @fails.setter
+    def fails(self, fails: int) -> None:
+        if not 0 <= fails <= _FAILS_MASK:
+            raise ValueError(f"fails out of range: {fails}")
+        self.flags = _intern((self.flags & ~(_FAILS_MASK << _FAILS_SHIFT)) | (fails << _FAILS_SHIFT))
+
+    @property
+    def foreground(self) -> bool:
+        """A `run` job: removed once its caller has its answer."""
+        return bool(self.flags & _FOREGROUND)
+
+    @property
+    def scheduled(self) -> bool:
+        """Added by `schedule`: inspect shows its time."""
+        return bool(self.flags & _SCHEDULED)
+
+    # -------------------------------------------------------------- state
+    @property
     def attempts_left(self) -> bool:
-        if self.max_attempts < 0:
+        max_attempts = ((self.flags >> _MAX_ATTEMPTS_SHIFT) & _FIELD_MASK) - 1
+        if max_attempts < 0:
             return True
-        return self.attempts < (self.max_attempts or ATTEMPTS_CAP)
+        return self.attempts < (max_attempts or ATTEMPTS_CAP)
 
     @property
     def success(self) -> bool:

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from operator import attrgetter
 from typing import Dict, Optional
 
 from sortedcontainers import SortedKeyList
 
-from .job import Job
+from .job import Job, schedule_key
+from .timers import JobLine
 
-_by_order = attrgetter("order")
-_by_schedule = attrgetter("sched", "number")
+_by_schedule = schedule_key     # (sched, number) as one int
 
 
 def digest(payload: bytes) -> bytes:
@@ -31,7 +30,7 @@ class JobQueue:
     def __init__(self, name: str) -> None:
         self.name = name
         self.jobs = 0  # jobs of this queue in any state: it may go only at 0
-        self.ready: SortedKeyList = SortedKeyList(key=_by_order)
+        self.ready = JobLine()          # by job.key: priority, schedule, creation, number
         self.scheduled: SortedKeyList = SortedKeyList(key=_by_schedule)
         # Insertion-ordered set: the first waiter is served first.
         self.waiters: Dict[object, None] = {}

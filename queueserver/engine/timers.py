@@ -1,18 +1,165 @@
 """All deadlines of a shard in one ordered structure.
 
-One ``SortedKeyList`` keyed by each entry's ``due`` (microseconds) holds
-every deadline of a shard: a job itself stands for its TTL (no extra object
-per queued job), a :class:`Timer` for a lease's TTR or a schedule's wake-up,
-and a waiter for its wait-timeout. Every entry says what it is by ``kind``.
-The process shell needs exactly one greenlet sleeping until
-:meth:`Timers.next_deadline`.
+Every deadline of a shard is an entry with a ``due`` (microseconds) and a
+``kind``: a job itself stands for its TTL (no extra object per queued job),
+a :class:`Timer` for a lease's TTR or a schedule's wake-up, and a waiter for
+its wait-timeout. The process shell needs exactly one greenlet sleeping
+until :meth:`Timers.next_deadline`.
+
+TTLs cost no int per job: a job's ``due`` is its schedule time plus its TTL,
+so among jobs of one TTL and one priority (one *line*, ``job.line``) the
+order of their ready-queue keys (``job.key``: priority, schedule, creation,
+number) is the order of their deadlines. Each line is a :class:`JobLine`
+sorted by those keys, which exist anyway, and stores no keys of its own;
+only its first job's ``due`` is ever computed. Everything else (timers,
+waiters, and jobs beyond :data:`MAX_LINES` distinct lines) is in one list
+keyed by ``due``. Entries fire earliest first; at equal deadlines the
+general list goes first.
+
+:class:`JobLine` also holds each queue's ready jobs (jobqueue.py).
 """
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right, insort_right
+from itertools import chain, islice
 from operator import attrgetter
-from typing import Any, Iterator, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 from sortedcontainers import SortedKeyList
+
+#: Distinct (TTL, priority) pairs that get a line of their own; more are
+#: kept like any timer (costing an int per job) so deadlines stay cheap to find.
+MAX_LINES = 64
+
+_by_due = attrgetter("due")
+_by_key = attrgetter("key")
+
+
+class JobLine:
+    """Jobs sorted by their ``key`` (smallest first), keeping no keys.
+
+    A ``SortedKeyList`` stores each element's key beside it; here the key is
+    the job's own ``key`` attribute, read again while bisecting (in C), so
+    the line costs one pointer per job. Like ``SortedList`` it is a list of
+    sublists of at most ``2 * LOAD`` jobs with the largest key of each in
+    ``_maxes``. Jobs with equal keys keep their insertion order; a job is
+    found by identity among them.
+    """
+
+    __slots__ = ("_lists", "_maxes", "_len")
+
+    LOAD = 1000
+
+    def __init__(self) -> None:
+        self._lists: List[List[Any]] = []
+        self._maxes: List[Any] = []
+        self._len = 0
+
+    def add(self, job: Any) -> None:
+        key = job.key
+        lists, maxes = self._lists, self._maxes
+        if not maxes:
+            lists.append([job])
+            maxes.append(key)
+        else:
+            i = bisect_right(maxes, key)
+            if i == len(maxes):  # at the end: the usual case for a queue
+                i -= 1
+                sub = lists[i]
+                sub.append(job)
+                maxes[i] = key
+            else:
+                sub = lists[i]
+                insort_right(sub, job, key=_by_key)
+            if len(sub) > 2 * self.LOAD:
+                half = len(sub) // 2
+                lists.insert(i + 1, sub[half:])
+                del sub[half:]
+                maxes.insert(i, sub[-1].key)
+        self._len += 1
+
+    def _find(self, job: Any) -> Optional[tuple]:
+        """``(sublist index, index)`` of ``job``, or None."""
+        key = job.key
+        lists, maxes = self._lists, self._maxes
+        i = bisect_left(maxes, key)
+        if i == len(maxes):
+            return None
+        sub = lists[i]
+        j = bisect_left(sub, key, key=_by_key)
+        while True:
+            if j == len(sub):
+                i += 1
+                if i == len(lists):
+                    return None
+                sub, j = lists[i], 0
+            item = sub[j]
+            if item is job:
+                return i, j
+            if item.key != key:
+                return None
+            j += 1
+
+    def _delete(self, i: int, j: int) -> None:
+        sub = self._lists[i]
+        del sub[j]
+        self._len -= 1
+        if not sub:
+            del self._lists[i]
+            del self._maxes[i]
+        elif j == len(sub):
+            self._maxes[i] = sub[-1].key
+
+    def remove(self, job: Any) -> None:
+        at = self._find(job)
+        if at is None:
+            raise ValueError(f"{job!r} not in line")
+        self._delete(*at)
+
+    def discard(self, job: Any) -> bool:
+        """Remove ``job`` if present; whether it was."""
+        at = self._find(job)
+        if at is None:
+            return False
+        self._delete(*at)
+        return True
+
+    def pop(self, index: int = 0) -> Any:
+        if index != 0:
+            raise IndexError("a line pops only its first job")
+        if not self._len:
+            raise IndexError("pop from an empty line")
+        job = self._lists[0][0]
+        self._delete(0, 0)
+        return job
+
+    def __getitem__(self, index: int) -> Any:
+        if index == 0 and self._len:
+            return self._lists[0][0]
+        if index < 0:
+            index += self._len
+        if not 0 <= index < self._len:
+            raise IndexError("line index out of range")
+        for sub in self._lists:
+            if index < len(sub):
+                return sub[index]
+            index -= len(sub)
+        raise IndexError("line index out of range")  # pragma: no cover
+
+    def __contains__(self, job: Any) -> bool:
+        return self._find(job) is not None
+
+    def islice(self, start: int = 0, stop: Optional[int] = None) -> Iterator[Any]:
+        return islice(iter(self), start, stop)
+
+    def __iter__(self) -> Iterator[Any]:
+        return chain.from_iterable(self._lists)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __bool__(self) -> bool:
+        return self._len > 0
 
 
 class Timer:
@@ -27,32 +174,75 @@ class Timer:
 
 
 class Timers:
-    __slots__ = ("_entries",)
+    __slots__ = ("_entries", "_lines")
 
     def __init__(self) -> None:
-        self._entries: SortedKeyList = SortedKeyList(key=attrgetter("due"))
+        self._entries: SortedKeyList = SortedKeyList(key=_by_due)
+        self._lines: Dict[Any, JobLine] = {}
 
     def add(self, entry: Any) -> Any:
         """Add an entry (anything with ``due`` and ``kind``); returns it."""
+        if entry.kind == "ttl":
+            lines = self._lines
+            line_id = entry.line
+            line = lines.get(line_id)
+            if line is None and len(lines) < MAX_LINES:
+                line = lines[line_id] = JobLine()
+            if line is not None:
+                line.add(entry)
+                return entry
         self._entries.add(entry)
         return entry
 
     def cancel(self, entry: Optional[Any]) -> None:
         """Remove an entry; one already fired or never added is ignored."""
-        if entry is not None:
-            self._entries.discard(entry)
+        if entry is None:
+            return
+        if entry.kind == "ttl":
+            line_id = entry.line
+            line = self._lines.get(line_id)
+            if line is not None and line.discard(entry):
+                if not line:
+                    del self._lines[line_id]
+                return
+        self._entries.discard(entry)
+
+    def _first(self) -> Any:
+        """``(due, line id or None, entry)`` of the earliest entry, or None."""
+        first = None
+        entries = self._entries
+        if entries:
+            entry = entries[0]
+            first = (entry.due, None, entry)
+        for line_id, line in self._lines.items():
+            entry = line[0]
+            due = entry.due
+            if first is None or due < first[0]:
+                first = (due, line_id, entry)
+        return first
 
     def next_deadline(self) -> Optional[int]:
-        return self._entries[0].due if self._entries else None
+        first = self._first()
+        return None if first is None else first[0]
 
     def due(self, now: int) -> Iterator[Any]:
         """Pop and yield entries due at ``now`` or earlier, earliest first.
 
         Entries added while iterating are seen if they are already due.
         """
-        entries = self._entries
-        while entries and entries[0].due <= now:
-            yield entries.pop(0)
+        while True:
+            first = self._first()
+            if first is None or first[0] > now:
+                return
+            _, line_id, entry = first
+            if line_id is None:
+                self._entries.pop(0)
+            else:
+                line = self._lines[line_id]
+                line.pop(0)
+                if not line:
+                    del self._lines[line_id]
+            yield entry
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._entries) + sum(len(line) for line in self._lines.values())
