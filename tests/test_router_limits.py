@@ -16,7 +16,7 @@ import pytest
 
 from serverproc import ServerProcess, wait_for
 from test_binary_protocols_server import GoWire, g_add, g_reserve, reserved_fields
-from wire import Wire, add, new_id, qname, server_stat
+from wire import Wire, add, new_id, qname, queue_exists, server_stat
 
 
 def rss_kb(pid: int) -> int:
@@ -286,3 +286,22 @@ def test_queue_cap_refuses_in_each_protocols_form(started):
     tan.sendall(b"ADD three 0 body\r\n")
     assert tan.recv(100) == b"-ERR Too many queues\r\n"
     assert w.call(add(new_id(), "one")) == b"+OK\r\n"     # existing queues still work
+
+
+def test_a_job_never_goes_to_a_parked_lease_whose_client_has_left(started):
+    """The client's FIN is in, not yet read, when a job comes for its parked
+    lease (from another router, or served directly): the job is not written
+    to the closed socket (to come back only at its TTR) but given back at once."""
+    proc = started(shards=3, protocols=["workq"], extra=["--routers", "2"])
+    wire = Wire(proc.connect())
+    for _ in range(40):
+        name = qname("left")
+        gone = Wire(proc.connect())
+        gone.send(f"lease {name} 10000\r\n".encode())
+        wait_for(lambda: queue_exists(wire, name), 10, "the lease to be parked")
+        gone.close()
+        id = new_id()
+        assert wire.call(add(id, name, ttr=10000)) == b"+OK\r\n"
+        reply = wire.call(f"lease {name} 2000\r\n".encode())
+        assert reply.startswith(f"+OK 1\r\n{id} ".encode()), reply
+        assert wire.call(f"complete {id} 0\r\n\r\n".encode()) == b"+OK\r\n"

@@ -30,9 +30,10 @@ from typing import Any, Optional
 
 import gevent
 
-from ..engine.status import SERVER_ERROR, Reply
+from ..engine.status import OK, SERVER_ERROR, Reply
 from ..protocols.base import LOCAL, Command
 from .channel import RECV_SIZE, BatchWriter
+from .hangups import hung_up
 
 log = logging.getLogger("queueserver.connection")
 
@@ -49,6 +50,8 @@ MUST_MOVE = 2    # cannot be served here: hold it until the connection can move
 _READ = 1
 #: Requests whose answer may carry a job's payload or result.
 _PAYLOAD_ANSWERS = frozenset(("lease", "take", "result", "run", "inspect_job"))
+#: Requests whose answer hands a job over with no acknowledgement to come.
+_DELIVERIES = frozenset(("lease", "take"))
 #: Requests answered with up to ``limit`` (their last argument) jobs.
 _LISTING_ANSWERS = frozenset(("inspect_jobs", "inspect_scheduled"))
 
@@ -235,6 +238,8 @@ class ClientConnection:
             log.debug("connection %d: %s %r", self.id, command.op, command.key)
 
         def answer(reply: Reply) -> None:
+            if not self._gone and command.op in _DELIVERIES and reply[0] == OK and hung_up(self._fd):
+                self._lost()   # its FIN is here, unread: do not hand the job to a closed socket
             if self._gone:
                 self.server.abandoned(command, reply)
                 return

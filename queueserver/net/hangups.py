@@ -13,6 +13,15 @@ from typing import Any, Dict
 import gevent
 
 
+def hung_up(fd: int) -> bool:
+    """Whether the peer of socket ``fd`` has closed or shut down its side
+    (its FIN has arrived, though nobody has read up to it yet)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLRDHUP)
+    return any(events & (select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+               for _, events in poller.poll(0))
+
+
 class HangupWatch:
     def __init__(self) -> None:
         self._epoll = select.epoll()

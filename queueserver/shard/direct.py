@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import select
 import uuid
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -23,7 +22,7 @@ from gevent import socket
 from ..engine.status import OK, Reply
 from ..net.connection import MUST_MOVE, SERVE, ClientConnection
 from ..net.handoff import Gone, HandoffChannel, Move
-from ..net.hangups import HangupWatch
+from ..net.hangups import HangupWatch, hung_up
 from ..protocols import codec_class
 from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command
 
@@ -54,7 +53,7 @@ class DirectServer:
         """A router handed over a connection: serve it from its first unread
         byte, unless its client has left meanwhile (then nothing it sent is
         executed, as a router that saw it leave would not have)."""
-        if _hung_up(fd):
+        if hung_up(fd):
             os.close(fd)
             try:
                 channel.send_gone(move.origin)
@@ -176,10 +175,3 @@ class DirectServer:
     def on_gone(self, gone: Gone) -> None:
         """Routers send shards no such note."""
 
-
-def _hung_up(fd: int) -> bool:
-    """Whether the peer of socket ``fd`` has closed or shut down its side."""
-    poller = select.poll()
-    poller.register(fd, select.POLLRDHUP)
-    return any(events & (select.POLLRDHUP | select.POLLHUP | select.POLLERR)
-               for _, events in poller.poll(0))
