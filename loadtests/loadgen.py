@@ -557,9 +557,9 @@ def run(spec: LoadSpec) -> LoadResult:
             indices = list(range(p, spec.connections, procs))
             budget = spec.max_ops // procs + (1 if p < spec.max_ops % procs else 0)
             proc = ctx.Process(target=_worker_main, args=(spec, indices, budget, child), daemon=True)
+            workers.append((proc, parent))   # listed first: an interrupt after start still reaps it
             proc.start()
             child.close()
-            workers.append((proc, parent))
         for _, pipe in workers:
             kind, body = _receive(pipe, 60.0)
             if kind != "ready":
@@ -587,6 +587,8 @@ def run(spec: LoadSpec) -> LoadResult:
     finally:
         for proc, pipe in workers:
             pipe.close()
+            if proc.pid is None:
+                continue   # interrupted before it started
             proc.join(2.0)
             if proc.is_alive():
                 proc.kill()
