@@ -162,19 +162,43 @@ def measure_produce(server: peers.ServerUnderTest, opts: argparse.Namespace) -> 
 
 
 def measure_memory(server: peers.ServerUnderTest, opts: argparse.Namespace) -> Dict[str, Any]:
-    """RSS of all the server's processes after queueing ``--memory-jobs`` jobs, minus before."""
+    """RSS of all the server's processes after queueing ``--memory-jobs`` jobs, minus before.
+
+    Every server process counts (ours: the router with its job directory, and
+    each shard). The "after" figure is taken once the processes' RSS has stopped
+    moving (replies drained, a router that learns of jobs from the shards caught
+    up), not at a fixed moment.
+    """
     pids = server.pids()
-    before = sum(rss_bytes(pid) for pid in pids.values())
+    before = {role: rss_bytes(pid) for role, pid in pids.items()}
     spec = _spec(server, opts, PRODUCE)
     spec.warmup, spec.duration, spec.max_ops = 0.0, 600.0, opts.memory_jobs
     spec.ttl_ms = 3_600_000
     result = loadgen.run(spec)
-    time.sleep(0.5)   # let replies drain and allocators settle
-    after = sum(rss_bytes(pid) for pid in pids.values())
+    after = _steady_rss(pids)
     jobs = result.ops
-    per_job = (after - before) / jobs if jobs else 0.0
-    return {"jobs": jobs, "errors": result.errors, "rss_before": before, "rss_after": after,
-            "bytes_per_job": per_job, "bytes_beyond_payload": per_job - opts.payload}
+    total_before, total_after = sum(before.values()), sum(after.values())
+    per_job = (total_after - total_before) / jobs if jobs else 0.0
+    per_process = {role: (after[role] - before[role]) / jobs if jobs else 0.0 for role in pids}
+    return {"jobs": jobs, "errors": result.errors, "rss_before": total_before, "rss_after": total_after,
+            "bytes_per_job": per_job, "bytes_beyond_payload": per_job - opts.payload,
+            "bytes_per_job_by_process": per_process}
+
+
+def _steady_rss(pids: Dict[str, int], timeout: float = 15.0) -> Dict[str, int]:
+    """Each process's RSS once no process's has changed by 64 KiB for a second."""
+    deadline = time.monotonic() + timeout
+    last = {role: rss_bytes(pid) for role, pid in pids.items()}
+    steady_since = time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        now = {role: rss_bytes(pid) for role, pid in pids.items()}
+        if any(abs(now[role] - last[role]) > 65536 for role in pids):
+            steady_since = time.monotonic()
+        last = now
+        if time.monotonic() - steady_since >= 1.0:
+            break
+    return last
 
 
 def _spec(server: peers.ServerUnderTest, opts: argparse.Namespace, workload: str) -> LoadSpec:
@@ -381,13 +405,17 @@ class Report:
             r = self._get(label, "memory")
             if r is None:
                 if "memory" in self.results.get(label, {}):
-                    rows.append([label, self._error(label, "memory"), "", "", "", ""])
+                    rows.append([label, self._error(label, "memory"), "", "", "", "", ""])
                 continue
+            split = r.get("bytes_per_job_by_process", {})
+            router = sum(v for k, v in split.items() if k.startswith("router"))
+            shards = sum(v for k, v in split.items() if k.startswith("shard"))
             rows.append([label, fmt_num(r["jobs"]), fmt_num(r["rss_before"] / 1048576, 1),
                          fmt_num(r["rss_after"] / 1048576, 1), fmt_num(r["bytes_per_job"]),
-                         fmt_num(r["bytes_beyond_payload"])])
+                         fmt_num(r["bytes_beyond_payload"]),
+                         f"{router:,.0f} / {shards - o.payload:,.0f}" if len(split) > 1 else "-"])
         out.append(table(["server", "jobs", "RSS before MiB", "RSS after MiB", "B/job",
-                          "B/job beyond payload"], rows))
+                          "B/job beyond payload", "of which router / shards"], rows))
         out.append(f"    target: ≤ {TARGET_BYTES_PER_JOB:g} B per queued job beyond the payload")
         out.append("")
 
