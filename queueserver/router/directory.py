@@ -39,7 +39,12 @@ def id_key(id: str) -> int:
 def _find(bucket: bytes, prefix: bytes) -> int:
     """Offset of the entry starting with ``prefix`` (7 bytes), or -1."""
     i = bucket.find(prefix)
-    while i & 7 and i >= 0:  # a match across two entries: look further
+    return i if i <= 0 or not i & 7 else _aligned(bucket, prefix, i)
+
+
+def _aligned(bucket: bytes, prefix: bytes, i: int) -> int:
+    """A match at ``i`` spans two entries (rare): the next one that does not."""
+    while i & 7 and i >= 0:
         i = bucket.find(prefix, i + 1)
     return i
 
@@ -68,7 +73,10 @@ class JobDirectory:
         h = _hash(id.encode())
         bucket = self._buckets[h >> _BUCKET_SHIFT]
         if bucket:
-            i = _find(bucket, (h >> 8).to_bytes(7, "big"))
+            prefix = (h >> 8).to_bytes(7, "big")
+            i = bucket.find(prefix)       # _find, inlined: this is every complete's path
+            if i > 0 and i & 7:
+                i = _aligned(bucket, prefix, i)
             if i >= 0:
                 code = bucket[i + 7]
                 return SHARED if code == _SHARED_CODE else code
@@ -82,7 +90,9 @@ class JobDirectory:
         b = h >> _BUCKET_SHIFT
         bucket = self._buckets[b]
         prefix = (h >> 8).to_bytes(7, "big")
-        i = _find(bucket, prefix)
+        i = bucket.find(prefix)           # _find, inlined: this is every add's path
+        if i > 0 and i & 7:
+            i = _aligned(bucket, prefix, i)
         if i < 0:
             self._buckets[b] = b"".join((bucket, prefix, _CODES[shard]))
             self._count += 1
