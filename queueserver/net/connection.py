@@ -25,6 +25,7 @@ ends with the connection (goqueue's reservations).
 from __future__ import annotations
 
 import logging
+import socket
 from collections import deque
 from typing import Any, Optional
 
@@ -33,7 +34,6 @@ import gevent
 from ..engine.status import OK, SERVER_ERROR, Reply
 from ..protocols.base import LOCAL, Command
 from .channel import RECV_SIZE, BatchWriter
-from .hangups import hung_up
 
 log = logging.getLogger("queueserver.connection")
 
@@ -204,6 +204,16 @@ class ClientConnection:
             self.server.hangups.unwatch(self._fd)
             self._watcher.start(self._readable)
 
+    def _at_eof(self) -> bool:
+        """Whether all the client sent has been read and its FIN has come
+        (one peek; with more requests waiting, the client is taken as there)."""
+        try:
+            return self._raw.recv(1, socket.MSG_PEEK) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
     def hung_up(self) -> None:
         """The server saw the paused client hang up."""
         if self._debug:
@@ -238,7 +248,7 @@ class ClientConnection:
             log.debug("connection %d: %s %r", self.id, command.op, command.key)
 
         def answer(reply: Reply) -> None:
-            if not self._gone and command.op in _DELIVERIES and reply[0] == OK and hung_up(self._fd):
+            if not self._gone and command.op in _DELIVERIES and reply[0] == OK and self._at_eof():
                 self._lost()   # its FIN is here, unread: do not hand the job to a closed socket
             if self._gone:
                 self.server.abandoned(command, reply)
