@@ -248,8 +248,12 @@ class ClientConnection:
             log.debug("connection %d: %s %r", self.id, command.op, command.key)
 
         def answer(reply: Reply) -> None:
-            if not self._gone and command.op in _DELIVERIES and reply[0] == OK and self._at_eof():
-                self._lost()   # its FIN is here, unread: do not hand the job to a closed socket
+            if (not self._gone and not executing and command.op in _DELIVERIES and reply[0] == OK
+                    and self._at_eof()):
+                # An answer that comes later than its request (a parked lease,
+                # a shard's reply): the client's FIN may be here, unread; do
+                # not hand the job to a closed socket.
+                self._lost()
             if self._gone:
                 self.server.abandoned(command, reply)
                 return
@@ -264,7 +268,9 @@ class ClientConnection:
             slot.data = data
             self._flush()
 
+        executing = True    # an answer given at once follows the request's own read
         slot.pending = self.server.execute(self, command, answer)
+        executing = False
         return self.closed
 
     def _flush(self) -> None:
