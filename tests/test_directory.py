@@ -2,7 +2,7 @@
 from queueserver.router.directory import SHARED, JobDirectory
 
 
-def test_place_forget_and_numbers():
+def test_place_and_forget():
     d = JobDirectory()
     assert d.place("a", 1) is True
     assert d.place("a", 1) is False
@@ -11,7 +11,6 @@ def test_place_forget_and_numbers():
     assert d.shard_of("a") == 1
     d.forget("a", 1)
     assert d.shard_of("a") is None
-    assert [d.new_number() for _ in range(3)] == [1, 2, 3]
 
 
 def test_an_id_on_two_shards_is_shared_and_asks_everyone():
@@ -25,9 +24,9 @@ def test_an_id_on_two_shards_is_shared_and_asks_everyone():
 
 def test_learn_and_forget_shard():
     d = JobDirectory()
-    d.learn(1, 41, ["a", "b"])
+    d.learn(1, ["a", "b"])
     d.place("c", 0)
-    assert d.new_number() == 42
+    assert d.shard_of("b") == 1
     d.forget_shard(1)
     assert d.shard_of("a") is None and d.shard_of("c") == 0
     d.forget_all(["c"], 0)

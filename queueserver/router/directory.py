@@ -50,23 +50,14 @@ def _aligned(bucket: bytes, prefix: bytes, i: int) -> int:
 
 
 class JobDirectory:
-    """``routers``/``router``: each of several routers makes numbers of its own
-    residue class, so numbers stay unique; one router counts 1, 2, 3..."""
+    """Where each job id lives. (Job numbers are made by the shards, each of
+    its own residue class, so the directory keeps none.)"""
 
-    __slots__ = ("_buckets", "_count", "last_number", "_stride", "_residue")
+    __slots__ = ("_buckets", "_count")
 
-    def __init__(self, routers: int = 1, router: int = 0) -> None:
+    def __init__(self) -> None:
         self._buckets: List[bytes] = [b""] * BUCKETS   # 256 KiB while empty
         self._count = 0
-        self.last_number = 0
-        self._stride = routers
-        self._residue = router
-
-    def new_number(self) -> int:
-        number = self.last_number + 1
-        number += (self._residue - (number - 1)) % self._stride
-        self.last_number = number
-        return number
 
     def shard_of(self, id: str) -> Optional[int]:
         """The shard holding ``id``, :data:`SHARED`, or ``None`` when no shard has it."""
@@ -126,10 +117,9 @@ class JobDirectory:
                 self._count -= (len(bucket) - len(kept)) // 8
                 buckets[b] = kept
 
-    def learn(self, shard: int, last_number: int, ids: Iterable[str]) -> None:
+    def learn(self, shard: int, ids: Iterable[str]) -> None:
         for id in ids:
             self.place(id, shard)
-        self.last_number = max(self.last_number, last_number)
 
     def __len__(self) -> int:
         return self._count

@@ -86,7 +86,7 @@ class Router:
         self.max_outstanding_bytes = limits.get("max_outstanding_bytes", DEFAULT_MAX_OUTSTANDING)
         self.max_payload = max((o.get("max_payload", DEFAULT_MAX_PAYLOAD) for o in self.options.values()),
                                default=DEFAULT_MAX_PAYLOAD)
-        self.directory = JobDirectory(routers, index)
+        self.directory = JobDirectory()
         handoffs = (self._moved_back, self._gone) if direct_path else None
         self.links = [ShardLink(i, path, self._shard_event, self._shard_down, self._link_up, handoffs)
                       for i, path in enumerate(socket_paths)]
@@ -436,9 +436,9 @@ class Router:
         if kind == "forgotten":
             self.directory.forget_all(body, link.index)
         elif kind == "placed":  # jobs another router made
-            self.directory.learn(link.index, 0, body)
+            self.directory.learn(link.index, body)
         elif kind == "hello":
-            self.directory.learn(body["shard"], body["last-number"], body["jobs"])
+            self.directory.learn(body["shard"], body["jobs"])
 
     def _shard_down(self, link: ShardLink) -> None:
         self.directory.forget_shard(link.index)

@@ -147,8 +147,9 @@ class DirectServer:
         if home is not None:
             try:
                 home[0].send_gone(connection.origin)
-            except OSError:
-                pass   # that router is gone too
+            except OSError as err:
+                log.debug("could not tell router %d that connection %d left: %s", home[1],
+                          connection.origin, err)
 
     def move(self, connection: ClientConnection, command: Command, unread: bytes, state: dict) -> bool:
         """Hand ``connection`` back to its router, from ``command`` on."""

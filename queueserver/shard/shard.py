@@ -152,8 +152,7 @@ class Shard:
         """Tell a (re)connected router which jobs live here."""
         jobs = list(self.engine.jobs)
         for start in range(0, max(len(jobs), 1), HELLO_CHUNK):
-            channel.send([0, "hello", {"shard": self.index, "last-number": self.engine.last_number,
-                                       "jobs": jobs[start:start + HELLO_CHUNK]}])
+            channel.send([0, "hello", {"shard": self.index, "jobs": jobs[start:start + HELLO_CHUNK]}])
 
     def schedule_after_batch(self) -> None:
         """Run :meth:`_after_batch` once at the end of this loop turn."""
