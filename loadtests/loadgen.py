@@ -531,9 +531,15 @@ class Worker:
 
 
 def _worker_main(spec: LoadSpec, indices: Sequence[int], budget: int, pipe) -> None:
+    parent = os.getppid()
     try:
         worker = Worker(spec, indices)
         pipe.send(("ready", None))
+        # Another worker may hold our pipe's far end (forked after it): a
+        # parent that died would then never be seen as EOF. Watch it instead.
+        while not pipe.poll(0.5):
+            if os.getppid() != parent:
+                return
         start_ns = pipe.recv()
         pipe.send(("done", worker.run(start_ns, budget)))
     except KeyboardInterrupt:
