@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from . import job as J
 from .job import Job
+from .views import as_lease, inspect_view, lease_view, result_view
 from .jobqueue import JobQueue, digest
 from .status import (
     CLIENT_ERROR, NOT_FOUND, OK, TIMEOUT, EngineError, Reply, client_error, not_found, server_error,
@@ -62,25 +63,6 @@ class Waiter:
         self.job_id: Optional[str] = None
         self.due: Optional[int] = None
         self.owner: Any = None      # who a job handed to this waiter is leased to
-
-
-def lease_view(job: Job, shard: int = 0) -> list:
-    """What a worker receives for a leased job, for every protocol; ``attempts``
-    and ``shard`` let the router undo an undelivered lease, ``order`` compare
-    jobs across shards."""
-    order = job.order  # (-priority, sched, created, number), unpacked once
-    return [job.id, job.name, job.payload, order[3], -order[0], job.ttr,
-            job.attempts, order, shard]
-
-
-def result_view(job: Job) -> list:
-    return [job.id, 1 if job.success else 0, job.result or b""]
-
-
-def inspect_view(job: Job) -> list:
-    return [job.id, job.name, job.ttr, job.ttl, job.payload, max(job.max_attempts, 0),
-            job.attempts, job.max_fails, job.fails, job.priority, job.state,
-            job.created, job.sched if job.scheduled else None]
 
 
 class Engine:
@@ -302,7 +284,7 @@ class Engine:
     def _restore(self, now: int, token: Any, view: list) -> Reply:
         """Put back a job whose ``take`` could not be delivered (its client left),
         at the very place it had; TTL and attempt limits do not come back."""
-        id, name, payload, number, priority, ttr, _attempts, order = view[:8]
+        id, name, payload, number, priority, ttr, _attempts, order = as_lease(view)[:8]
         if id not in self.jobs:
             self.apply(("restore", id, number, name, payload, priority, ttr, list(order), now))
         return [OK, None]

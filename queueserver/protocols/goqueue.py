@@ -58,6 +58,7 @@ from typing import Optional
 
 from ..engine import status as S
 from ..engine.status import Reply
+from ..engine.views import as_lease
 from . import ordering
 from .base import (BY_NAME, BY_NUMBER, MAX_PAYLOAD, QUEUE_NAME_RULE, Command, InputBuffer,
                    StreamCodec, new_job, renderer, valid_queue_name)
@@ -103,9 +104,10 @@ def _reserve_failure(reply: Reply) -> bytes:
     return TIMEOUT_REPLY if reply[0] == S.TIMEOUT else _failure(reply, "Failed to reserve job")
 
 
-def _reserved(view: list) -> bytes:
-    """A leased job: ``lease_view = [id, name, payload, number, priority, ttr_ms, ...]``."""
-    payload, number, priority, ttr = view[2], view[3], view[4], view[5]
+def _reserved(value: list) -> bytes:
+    """A leased job (a :class:`~queueserver.engine.views.LeaseView`)."""
+    view = as_lease(value)
+    payload, number, priority, ttr = view.payload, view.number, view.priority, view.ttr
     ttp = min(max(ttr // 1000, 0), ordering.U32_MAX)
     return b"".join((
         b"RESERVED\0",

@@ -36,6 +36,7 @@ from typing import Optional
 
 from ..engine import status as S
 from ..engine.status import Reply
+from ..engine.views import as_lease
 from .base import BY_NAME, MAX_PAYLOAD, Command, new_job, renderer, valid_queue_name
 from .lines import LineCodec
 
@@ -88,7 +89,7 @@ def _error(reply: Reply) -> bytes:
 #: ``add`` (kept or dropped as a duplicate) and ``create_queue`` -> ``OK``.
 render_ok = renderer(lambda _: OK_REPLY, _error)
 #: ``take`` -> ``ITEM <b64>``, or the queue-is-empty error.
-render_item = renderer(lambda view: b"ITEM " + base64.b64encode(view[2]) + b"\n", _error)
+render_item = renderer(lambda value: b"ITEM " + base64.b64encode(as_lease(value).payload) + b"\n", _error)
 render_has = renderer(lambda held: TRUE_REPLY if held else FALSE_REPLY, _error)
 render_size = renderer(lambda size: b"SIZE %d\n" % size, _error)
 

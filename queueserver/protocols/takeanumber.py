@@ -42,6 +42,7 @@ from typing import Optional
 
 from ..engine import status as S
 from ..engine.status import Reply
+from ..engine.views import as_lease
 from .base import BY_NAME, MAX_PAYLOAD, Command, new_job, renderer, valid_queue_name
 from .lines import LineCodec, utf8
 
@@ -93,8 +94,12 @@ render_len = renderer(lambda size: b":%d\r\n" % size, _error)
 render_add = renderer(lambda added: b"+" + added[0].encode() + b"\r\n", _error)
 #: ``lease`` -> ``+<id> <body>``, or ``empty`` (``:-1``; a keyword argument)
 #: when the queue is empty.
-render_reserve = renderer(lambda view: b"".join((b"+", view[0].encode(), b" ", view[2], b"\r\n")),
-                          _reserve_error)
+def _reserved(value: list) -> bytes:
+    view = as_lease(value)
+    return b"".join((b"+", view.id.encode(), b" ", view.payload, b"\r\n"))
+
+
+render_reserve = renderer(_reserved, _reserve_error)
 #: ``retry``/``delete`` -> ``+OK``; an unknown id -> ``-ERR No such Id.``
 render_ok = renderer(lambda _: OK_REPLY, _error)
 

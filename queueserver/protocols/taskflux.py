@@ -53,6 +53,7 @@ from typing import Optional, Tuple
 
 from ..engine import status as S
 from ..engine.status import Reply
+from ..engine.views import as_lease
 from . import ordering
 from .base import (BY_NAME, MAX_PAYLOAD, Command, InputBuffer, StreamCodec, new_job, renderer,
                    valid_queue_name)
@@ -107,10 +108,10 @@ def _dequeue_failure(reply: Reply, name: str = "") -> bytes:
     return response(b"d\x00") if reply[0] == S.TIMEOUT else _failure(reply, name)
 
 
-def _dequeued(view: list) -> bytes:
-    """A lease view ``[id, name, payload, number, priority, ...]``."""
-    payload = view[2]
-    return response(b"d\x01" + _I64.pack(ordering.to_taskflux(view[4])) + _string(payload))
+def _dequeued(value: list) -> bytes:
+    """A taken job (a :class:`~queueserver.engine.views.LeaseView`)."""
+    view = as_lease(value)
+    return response(b"d\x01" + _I64.pack(ordering.to_taskflux(view.priority)) + _string(view.payload))
 
 
 # Each is called with the command's queue ``name`` (for ``Queue <name> does not exist``).

@@ -43,6 +43,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from ..engine import status as S
 from ..engine.status import Reply
+from ..engine.views import as_lease
 from .base import (ALL, BY_ID, BY_NAME, BY_NAMES, MAX_PAYLOAD, Command, InputBuffer, name_token,
                    new_job, renderer, valid_queue_name)
 from .lines import LineCodec
@@ -111,7 +112,12 @@ def _with_data(id: str, word: object, data: bytes) -> bytes:
 
 render_ok = renderer(lambda _: OK_REPLY, _error)
 #: A lease view ``[id, name, payload, ...]``: ``<id> <name> <payload-size>``.
-render_lease = renderer(lambda view: _with_data(view[0], name_token(view[1]), view[2]), _error)
+def _leased(value: list) -> bytes:
+    view = as_lease(value)
+    return _with_data(view.id, name_token(view.name), view.payload)
+
+
+render_lease = renderer(_leased, _error)
 #: ``[id, success, result]`` (result, run): ``<id> <success> <result-size>``.
 render_result = renderer(lambda outcome: _with_data(*outcome), _error)
 

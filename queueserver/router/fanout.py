@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..engine.status import NOT_FOUND, OK, TIMEOUT, Reply
+from ..engine.views import as_lease
 from .shardlink import ShardLink
 
 Callback = Callable[[Reply], None]
@@ -21,8 +22,8 @@ Callback = Callable[[Reply], None]
 
 def give_back(link: ShardLink, reply: Reply) -> None:
     """Return a leased job nobody will receive to its queue, uncharged."""
-    view = reply[1]
-    link.call("unlease", [view[0], view[6]], ignore)
+    view = as_lease(reply[1])
+    link.call("unlease", [view.id, view.attempts], ignore)
 
 
 def ignore(reply: Reply) -> None:
@@ -112,7 +113,7 @@ class SpreadLease:
                 give_back(link, reply)
             return
         if self._offers:
-            self._offers.sort(key=lambda offer: offer[1][1][7])
+            self._offers.sort(key=lambda offer: as_lease(offer[1][1]).order)
             (_, best), rest = self._offers[0], self._offers[1:]
             for link, reply in rest:
                 give_back(link, reply)

@@ -40,6 +40,7 @@ import xxhash
 from gevent import socket
 
 from ..engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR, Reply
+from ..engine.views import as_lease
 from ..protocols import codec_class as load_codec
 from ..net.connection import MAY_MOVE, SERVE, ClientConnection
 from ..net.handoff import Gone, Move
@@ -402,12 +403,12 @@ class Router:
         or took, so no job is lost with the connection."""
         if reply[0] != OK:
             return
+        view = as_lease(reply[1]) if command.op in ("lease", "take") else None
         if command.op == "lease":
-            give_back(self.links[reply[1][8]], reply)
+            give_back(self.links[view.shard], reply)
         elif command.op == "take":
-            view = reply[1]
-            self.directory.place(view[0], view[8])
-            self.links[view[8]].call("restore", [view], ignore)
+            self.directory.place(view.id, view.shard)
+            self.links[view.shard].call("restore", [view], ignore)
 
     # ----------------------------------------------------------- merging
     def _merge_server(self, args) -> Callable[[List[Any]], Reply]:

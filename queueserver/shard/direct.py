@@ -20,6 +20,7 @@ import xxhash
 from gevent import socket
 
 from ..engine.status import OK, Reply
+from ..engine.views import as_lease
 from ..net.connection import MUST_MOVE, SERVE, ClientConnection
 from ..net.handoff import Gone, HandoffChannel, Move
 from ..net.hangups import HangupWatch, hung_up
@@ -128,9 +129,9 @@ class DirectServer:
         """An answer reached a client that had left: give back the job."""
         if reply[0] != OK:
             return
-        view = reply[1]
+        view = as_lease(reply[1])
         if command.op == "lease":
-            self.engine.execute("unlease", (view[0], view[6]), self.shard.now())
+            self.engine.execute("unlease", (view.id, view.attempts), self.shard.now())
         elif command.op == "take":
             self.engine.execute("restore", (view,), self.shard.now())
         self.shard.schedule_after_batch()
