@@ -6,7 +6,7 @@ connection directly, and (as a msgpack array, read back with
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 from .job import Job
 
@@ -46,3 +46,15 @@ def inspect_view(job: Job) -> list:
     return [job.id, job.name, job.ttr, job.ttl, job.payload, max(job.max_attempts, 0),
             job.attempts, job.max_fails, job.fails, job.priority, job.state,
             job.created, job.sched if job.scheduled else None]
+
+
+def undo_delivery(op: str, reply: list) -> Optional[Tuple[str, List[Any], LeaseView]]:
+    """The engine request that gives back a job ``reply`` delivered to a
+    client that had left (``unlease`` a lease, ``restore`` a take), with the
+    job's view; None when the answer delivered no job."""
+    if reply[0] != 0 or (op != "lease" and op != "take"):
+        return None
+    view = as_lease(reply[1])
+    if op == "lease":
+        return "unlease", [view.id, view.attempts], view
+    return "restore", [view], view

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..engine.status import NOT_FOUND, OK, TIMEOUT, Reply
-from ..engine.views import as_lease
+from ..engine.views import as_lease, undo_delivery
 from .shardlink import ShardLink
 
 Callback = Callable[[Reply], None]
@@ -22,8 +22,8 @@ Callback = Callable[[Reply], None]
 
 def give_back(link: ShardLink, reply: Reply) -> None:
     """Return a leased job nobody will receive to its queue, uncharged."""
-    view = as_lease(reply[1])
-    link.call("unlease", [view.id, view.attempts], ignore)
+    op, args, _ = undo_delivery("lease", reply)
+    link.call(op, args, ignore)
 
 
 def ignore(reply: Reply) -> None:

@@ -36,24 +36,23 @@ import uuid
 from typing import Any, Callable, Dict, List, Optional
 
 import gevent
-import xxhash
 from gevent import socket
 
 from ..engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR, Reply
-from ..engine.views import as_lease
+from ..engine.views import undo_delivery
 from ..protocols import codec_class as load_codec
+from ..sharding import shard_for
 from ..net.connection import MAY_MOVE, SERVE, ClientConnection
 from ..net.handoff import Gone, Move
 from ..net.hangups import HangupWatch
 from ..protocols.base import ALL, BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command
 from .directory import SHARED, JobDirectory
-from .fanout import FirstFound, Gather, SpreadLease, give_back, ignore
+from .fanout import FirstFound, Gather, SpreadLease, ignore
 from ..lifecycle import setup_logging, stop_event
 from .shardlink import ShardLink
 
 log = logging.getLogger("queueserver.router")
 
-_hash = xxhash.xxh64_intdigest
 
 DEFAULT_MAX_CONNECTIONS = 10000
 DEFAULT_MAX_OUTSTANDING = 8 * 1048576
@@ -63,11 +62,6 @@ HANDBACK_WAIT = 1.0           # seconds a handed-back connection waits for the s
 ACCEPT_BACKOFF = 0.5          # seconds the accept loop rests when no descriptor is left
 LOG_INTERVAL = 10.0           # at most one warning per interval about refused connections
 _NO_DESCRIPTORS = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM))
-
-
-def shard_for(name: str, shards: int) -> int:
-    """The shard that owns queue ``name``."""
-    return _hash(name.encode()) % shards
 
 
 class Router:
@@ -293,7 +287,7 @@ class Router:
 
     # --------------------------------------------------------------- routing
     def shard_for(self, name: str) -> int:
-        return _hash(name.encode()) % len(self.links)
+        return shard_for(name, len(self.links))
 
     def execute(self, connection: ClientConnection, command: Command,
                 callback: Callable[[Reply], None]) -> Any:
@@ -321,7 +315,7 @@ class Router:
         ``(link, request id)`` for a request to one shard."""
         route = command.route
         if route == BY_NAME:
-            link = self.links[_hash(command.key.encode()) % len(self.links)]
+            link = self.links[shard_for(command.key, len(self.links))]
             if command.new_id is not None:
                 return self._create(command, link, callback)
             args = command.args if owner is None else (*command.args, owner)
@@ -403,12 +397,12 @@ class Router:
         or took, so no job is lost with the connection."""
         if reply[0] != OK:
             return
-        view = as_lease(reply[1]) if command.op in ("lease", "take") else None
-        if command.op == "lease":
-            give_back(self.links[view.shard], reply)
-        elif command.op == "take":
-            self.directory.place(view.id, view.shard)
-            self.links[view.shard].call("restore", [view], ignore)
+        undo = undo_delivery(command.op, reply)
+        if undo is not None:
+            op, args, view = undo
+            if op == "restore":
+                self.directory.place(view.id, view.shard)
+            self.links[view.shard].call(op, args, ignore)
 
     # ----------------------------------------------------------- merging
     def _merge_server(self, args) -> Callable[[List[Any]], Reply]:

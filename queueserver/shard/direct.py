@@ -16,21 +16,18 @@ import os
 import uuid
 from typing import Any, Callable, Dict, Optional, Tuple
 
-import xxhash
 from gevent import socket
 
-from ..engine.status import OK, Reply
-from ..engine.views import as_lease
+from ..engine.status import Reply
+from ..engine.views import undo_delivery
 from ..net.connection import MUST_MOVE, SERVE, ClientConnection
 from ..net.handoff import Gone, HandoffChannel, Move
 from ..net.hangups import HangupWatch, hung_up
 from ..protocols import codec_class
 from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command
+from ..sharding import shard_for
 
 log = logging.getLogger("queueserver.shard")
-
-_hash = xxhash.xxh64_intdigest
-
 
 class DirectServer:
     """Serves moved connections on ``shard`` (a :class:`~.shard.Shard`)."""
@@ -81,9 +78,9 @@ class DirectServer:
         """Whether this shard alone can answer ``command``."""
         route, key, shard = command.route, command.key, self.shard
         if route == BY_NAME:
-            return _hash(key.encode()) % shard.shards == shard.index
+            return shard_for(key, shard.shards) == shard.index
         if route == BY_NAMES:
-            return all(_hash(name.encode()) % shard.shards == shard.index for name in key)
+            return all(shard_for(name, shard.shards) == shard.index for name in key)
         if route == BY_ID:
             return key in self.engine.jobs
         if route == BY_NUMBER:
@@ -127,14 +124,10 @@ class DirectServer:
 
     def abandoned(self, command: Command, reply: Reply) -> None:
         """An answer reached a client that had left: give back the job."""
-        if reply[0] != OK:
-            return
-        view = as_lease(reply[1])
-        if command.op == "lease":
-            self.engine.execute("unlease", (view.id, view.attempts), self.shard.now())
-        elif command.op == "take":
-            self.engine.execute("restore", (view,), self.shard.now())
-        self.shard.schedule_after_batch()
+        undo = undo_delivery(command.op, reply)
+        if undo is not None:
+            self.engine.execute(undo[0], undo[1], self.shard.now())
+            self.shard.schedule_after_batch()
 
     def connection_closed(self, connection: ClientConnection) -> None:
         if connection.owned:
