@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import inspect
 
-from queueserver.engine import Engine
+from queueserver.engine import Engine as PureEngine
+from queueserver.engine.effects import Effects
 from queueserver.engine.status import NOT_FOUND, OK, TIMEOUT
 
 T0 = 1_700_000_000_000_000  # fake "now", µs since the epoch
@@ -20,6 +21,33 @@ SEC = 1_000_000             # µs per second
 
 FIELDS = ("id", "name", "ttr", "ttl", "payload", "max_attempts", "attempts",
           "max_fails", "fails", "priority", "state", "created", "sched")
+
+
+class Engine(PureEngine):
+    """The engine as these tests drive it: ``execute`` gives the request's
+    own reply, and the rest of each step's effects pile up where a test can
+    look (``outbox``: answers to parked requests; ``events``, ``placed``,
+    ``forgotten``), as a shell would carry them out."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.outbox = []
+        self.events = []
+        self.placed = []
+        self.forgotten = []
+
+    def execute(self, op, args, now, token=None):
+        return self._keep(super().execute(op, args, now, token)).reply
+
+    def advance(self, now):
+        self._keep(super().advance(now))
+
+    def _keep(self, fx: Effects) -> Effects:
+        self.outbox += fx.later
+        self.events += fx.events
+        self.placed += fx.placed
+        self.forgotten += fx.forgotten
+        return fx
 
 
 def _request_params(op):

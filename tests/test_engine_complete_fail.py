@@ -5,7 +5,8 @@ Fake clock (µs), never a sleep: helpers and constants in engine_helpers.py.
 """
 from __future__ import annotations
 
-from queueserver.engine import COMPLETED, FAILED, PENDING, Engine
+from queueserver.engine import COMPLETED, FAILED, PENDING
+from engine_helpers import Engine
 from queueserver.engine.status import CLIENT_ERROR, NOT_FOUND, OK, TIMEOUT
 
 from engine_helpers import (SEC, T0, add, complete, drain, fail, job, lease, leased_id, result,
@@ -20,7 +21,7 @@ def test_fail_without_max_fails_is_final():
     assert fail(e, "a", b"boom") == [OK, None]
     info = job(e, "a")
     assert info["state"] == FAILED and info["fails"] == 1
-    assert result(e, "a") == [OK, ["a", 0, b"boom"]]
+    assert result(e, "a") == [OK, ("a", 0, b"boom")]
 
 
 def test_fail_requeues_while_fails_below_max_fails_then_fails():
@@ -37,7 +38,7 @@ def test_fail_requeues_while_fails_below_max_fails_then_fails():
     info = job(e, "a")
     assert info["state"] == FAILED and info["fails"] == 3
     assert size(e) == 0
-    assert result(e, "a") == [OK, ["a", 0, b"third"]]
+    assert result(e, "a") == [OK, ("a", 0, b"third")]
 
 
 def test_fail_with_max_fails_one_is_final_on_first_fail():
@@ -57,7 +58,7 @@ def test_result_waiter_gets_only_the_final_fail():
     assert e.outbox == []
     lease(e)
     fail(e, "a", b"second")
-    assert drain(e) == [("r", [OK, ["a", 0, b"second"]])]
+    assert drain(e) == [("r", [OK, ("a", 0, b"second")])]
 
 
 
@@ -68,7 +69,7 @@ def test_complete_leased_job():
     lease(e)
     assert complete(e, "a", b"pong") == [OK, None]
     assert job(e, "a")["state"] == COMPLETED
-    assert result(e, "a") == [OK, ["a", 1, b"pong"]]
+    assert result(e, "a") == [OK, ("a", 1, b"pong")]
 
 
 def test_complete_on_non_leased_job_is_accepted():

@@ -3,7 +3,7 @@ go away, the number of queues is capped, jobs leased to an owner come back
 when it goes, and errors are fresh objects. A fake clock in microseconds."""
 from __future__ import annotations
 
-from queueserver.engine import Engine
+from engine_helpers import Engine
 from queueserver.engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR, TIMEOUT
 
 T0 = 1_700_000_000_000_000

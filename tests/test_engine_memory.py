@@ -47,7 +47,7 @@ def _bytes_per_job(ttl: int) -> float:
             id = "%08x-0000-4000-8000-%012x" % (i * 7919 % 2**32, i)
             payload = id.encode() + pad
             reply = engine.execute("add", [id, names[i % 256], payload, 0, 30_000, ttl, 0, 0,
-                                           None, False, i + 1], now + i * 3)
+                                           None, False, i + 1], now + i * 3).reply
             assert reply[0] == OK
         after = tracemalloc.get_traced_memory()[0]
     finally:

@@ -5,7 +5,7 @@ Fake clock (µs), never a sleep: helpers and constants in engine_helpers.py.
 """
 from __future__ import annotations
 
-from queueserver.engine import Engine
+from engine_helpers import Engine
 from queueserver.engine.status import OK
 
 from engine_helpers import SEC, T0, add, lease, lease_all

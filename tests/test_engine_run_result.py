@@ -5,7 +5,8 @@ Fake clock (µs), never a sleep: helpers and constants in engine_helpers.py.
 """
 from __future__ import annotations
 
-from queueserver.engine import LEASED, NEW, PENDING, Engine
+from queueserver.engine import LEASED, NEW, PENDING
+from engine_helpers import Engine
 from queueserver.engine.status import NOT_FOUND, OK, TIMEOUT
 
 from engine_helpers import (MS, SEC, T0, add, complete, drain, exists, fail, job, lease, result,
@@ -17,7 +18,7 @@ def test_result_of_finished_job_is_immediate():
     e = Engine()
     add(e, "a")
     complete(e, "a", b"done")
-    assert result(e, "a", timeout=10_000, token="r") == [OK, ["a", 1, b"done"]]
+    assert result(e, "a", timeout=10_000, token="r") == [OK, ("a", 1, b"done")]
     assert server(e)["waiters"] == 0
 
 
@@ -28,7 +29,7 @@ def test_result_parks_then_is_delivered_on_complete():
     assert result(e, "a", timeout=10_000, token="r2") is None
     lease(e)
     complete(e, "a", b"pong", now=T0 + SEC)
-    assert sorted(drain(e)) == [("r1", [OK, ["a", 1, b"pong"]]), ("r2", [OK, ["a", 1, b"pong"]])]
+    assert sorted(drain(e)) == [("r1", [OK, ("a", 1, b"pong")]), ("r2", [OK, ("a", 1, b"pong")])]
     e.advance(T0 + 20 * SEC)
     assert e.outbox == []
 
@@ -66,9 +67,9 @@ def test_run_parks_then_delivers_result_and_removes_job():
     reply = lease(e, now=T0 + 100 * MS)
     assert reply[0] == OK and reply[1][0] == "r"
     assert complete(e, "r", b"pong", now=T0 + 200 * MS) == [OK, None]
-    assert drain(e) == [("caller", [OK, ["r", 1, b"pong"]])]
+    assert drain(e) == [("caller", [OK, ("r", 1, b"pong")])]
     assert not exists(e, "r")
-    assert any(id == "r" for id, _ in e.forgotten)
+    assert "r" in e.forgotten
     e.advance(T0 + 60 * SEC)
     assert e.outbox == []
 
@@ -78,7 +79,7 @@ def test_run_failed_by_worker_delivers_failure_and_removes_job():
     run(e, "r", now=T0, token="caller")
     lease(e)
     fail(e, "r", b"bad")
-    assert drain(e) == [("caller", [OK, ["r", 0, b"bad"]])]
+    assert drain(e) == [("caller", [OK, ("r", 0, b"bad")])]
     assert not exists(e, "r")
 
 
@@ -89,7 +90,7 @@ def test_run_served_by_parked_worker_immediately():
     [(token, reply)] = drain(e)
     assert token == "worker" and reply[1][0] == "r"
     complete(e, "r", b"ok")
-    assert drain(e) == [("caller", [OK, ["r", 1, b"ok"]])]
+    assert drain(e) == [("caller", [OK, ("r", 1, b"ok")])]
     assert not exists(e, "r")
 
 
@@ -101,7 +102,7 @@ def test_run_not_leased_within_wait_timeout_times_out_and_removes_job():
     e.advance(T0 + 1_000 * MS)
     assert drain(e) == [("caller", [TIMEOUT, ""])]
     assert not exists(e, "r")
-    assert any(id == "r" for id, _ in e.forgotten)
+    assert "r" in e.forgotten
     assert size(e) == 0
 
 
@@ -117,7 +118,7 @@ def test_run_leased_at_wait_timeout_waits_until_ttr_then_times_out():
     e.advance(T0 + 5_100 * MS)
     assert drain(e) == [("caller", [TIMEOUT, ""])]
     assert not exists(e, "r")
-    assert any(id == "r" for id, _ in e.forgotten)
+    assert "r" in e.forgotten
     assert size(e) == 0
     assert complete(e, "r", now=T0 + 6 * SEC)[0] == NOT_FOUND
 
@@ -129,10 +130,10 @@ def test_run_completed_after_wait_timeout_but_within_ttr_delivers_and_removes_jo
     e.advance(T0 + 1 * SEC)                      # wait-timeout passes while leased
     assert e.outbox == []
     complete(e, "r", b"pong", now=T0 + 2 * SEC)
-    assert drain(e) == [("caller", [OK, ["r", 1, b"pong"]])]
+    assert drain(e) == [("caller", [OK, ("r", 1, b"pong")])]
     # "run removes the job once it returns its result" (decisions, workq).
     assert not exists(e, "r")
-    assert any(id == "r" for id, _ in e.forgotten)
+    assert "r" in e.forgotten
 
 
 def test_run_ttr_expiring_before_wait_timeout_requeues_and_run_keeps_waiting():
@@ -146,7 +147,7 @@ def test_run_ttr_expiring_before_wait_timeout_requeues_and_run_keeps_waiting():
     reply = lease(e, now=T0 + 2 * SEC)
     assert reply[0] == OK and reply[1][0] == "r" and reply[1][6] == 2
     complete(e, "r", b"second try", now=T0 + 2500 * MS)
-    assert drain(e) == [("caller", [OK, ["r", 1, b"second try"]])]
+    assert drain(e) == [("caller", [OK, ("r", 1, b"second try")])]
     assert not exists(e, "r")
 
 

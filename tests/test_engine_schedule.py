@@ -5,7 +5,8 @@ Fake clock (µs), never a sleep: helpers and constants in engine_helpers.py.
 """
 from __future__ import annotations
 
-from queueserver.engine import NEW, Engine
+from queueserver.engine import NEW
+from engine_helpers import Engine
 from queueserver.engine.status import NOT_FOUND, OK, TIMEOUT
 
 from engine_helpers import (FIELDS, SEC, T0, add, drain, job, lease, leased_id, ready_ids,

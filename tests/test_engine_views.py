@@ -1,5 +1,5 @@
 """What the engine answers about a job, and how an undelivered job is given back."""
-from queueserver.engine import Engine
+from engine_helpers import Engine
 from queueserver.engine.status import NOT_FOUND, OK
 from queueserver.engine.views import LeaseView, as_lease, undo_delivery
 

@@ -1,16 +1,45 @@
 """The pure queue/job state machine of one shard.
 
 No I/O and no clock: every call takes ``now`` (integer microseconds since
-the epoch). Requests enter through :meth:`Engine.execute`, which returns a
-reply ``[status, value]`` at once, or ``None`` when the request waits (a
-blocking lease, ``result`` or ``run``). Replies produced later, by another
-request or by :meth:`Engine.advance`, are appended to :attr:`Engine.outbox`
-as ``(token, reply)`` pairs; the caller's ``token`` is opaque here.
+the epoch). Requests enter through :meth:`Engine.execute` and timers run
+through :meth:`Engine.advance`; each returns the :class:`Effects` of that
+step: the request's own reply ``[status, value]`` (None when it waits: a
+blocking lease, ``result`` or ``run``), answers to requests parked earlier
+as ``(token, reply)`` pairs (the caller's ``token`` is opaque here), the
+state changes in order, and the jobs that appeared or left.
 
 Every state change goes through :meth:`Engine.apply` as a plain event tuple
 (``("lease", id, now)``, ...). Events are deterministic and self-contained,
-so a journal of them replays into the same state (see :meth:`replay`);
-waiters are connections' business and are never journaled.
+so the events of a run replay into the same state (see :meth:`replay`);
+waiters are connections' business and are never among them.
+
+A job's life, state x event -> state (READY and SCHEDULED are the stored
+states NEW or PENDING, in the ready line or asleep until their time; "gone"
+means removed from the shard; a request that does not fit its state is
+refused before any event, e.g. ``complete`` of a finished job is
+``Duplicate result``)::
+
+    state      | event    | next state
+    -----------+----------+---------------------------------------------------
+    (none)     | add      | READY, or SCHEDULED when its time is later;
+               |          |   a READY job goes at once to a parked lessee: LEASED
+    (none)     | restore  | READY at its old place (a ``take`` not delivered)
+    SCHEDULED  | wake     | READY
+    READY      | lease    | LEASED (attempts + 1, the TTR timer starts)
+    READY      | exhaust  | FAILED (met at lease time with no attempts left)
+    LEASED     | unlease  | READY (the lease was never delivered: attempts - 1)
+    LEASED     | ttr      | READY; FAILED when max-attempts are used up
+    LEASED     | release  | READY (the lease's owner is gone)
+    unfinished | complete | COMPLETED (result kept for ``result`` and ``run``)
+    LEASED     | fail     | READY while fails < max-fails and attempts remain,
+               |          |   else FAILED
+    READY,     | fail     | stays (fails + 1) while fails < max-fails, else FAILED
+    SCHEDULED  |          |
+    any        | retry    | READY at its first place in add order (fails + 1)
+    any        | delete   | gone (a ``run`` job also goes once its caller is answered)
+    any        | ttl      | gone (its time to live is over)
+
+tests/test_engine_states.py walks this table row by row.
 
 Request tokens are ``(channel, request id)`` pairs chosen by the shell. A
 lease may name an ``owner`` (a connection id within the token's channel):
@@ -27,9 +56,10 @@ every queue is in use.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 from . import job as J
+from .effects import Effects, Event
 from .job import Job
 from .views import as_lease, inspect_view, lease_view, result_view
 from .jobqueue import JobQueue, digest
@@ -45,8 +75,6 @@ T_WAKE = "wake"        # a scheduled job's time has come
 T_TTR = "ttr"          # a lease ran out
 T_TTL = "ttl"          # a job lived long enough
 T_WAIT = "wait"        # a waiter's wait-timeout
-
-Event = Tuple[Any, ...]
 
 
 class Waiter:
@@ -66,8 +94,7 @@ class Waiter:
 
 
 class Engine:
-    def __init__(self, journal: Optional[Callable[[Event], None]] = None, shard: int = 0,
-                 max_queues: Optional[int] = None, queue_idle: Optional[int] = None,
+    def __init__(self, shard: int = 0, max_queues: Optional[int] = None, queue_idle: Optional[int] = None,
                  shards: int = 1) -> None:
         self.shard = shard
         self.shards = shards            # job numbers made here are shard + 1 (mod shards)
@@ -87,26 +114,26 @@ class Engine:
         self.timers = Timers()
         self.waiters: Dict[Any, Waiter] = {}
         self.result_waiters: Dict[str, List[Waiter]] = {}
-        self.outbox: List[Tuple[Any, Reply]] = []
-        #: (id, number) of jobs that left the shard, for the router's directory.
-        self.forgotten: List[Tuple[str, int]] = []
-        #: ids of jobs created here, when several routers must hear of them (else None).
-        self.placed: Optional[List[str]] = None
+        #: what the step under way has caused (a fresh one per execute or advance)
+        self._fx = Effects()
         self.evicted = 0
-        self.journal = journal
         self.last_number = 0
 
     # ------------------------------------------------------------------ entry
-    def execute(self, op: str, args: Sequence[Any], now: int, token: Any = None) -> Optional[Reply]:
-        """Run request ``op``; a reply, or ``None`` if it now waits under ``token``."""
+    def execute(self, op: str, args: Sequence[Any], now: int, token: Any = None) -> Effects:
+        """Run request ``op``; its effects, whose ``reply`` is None if it now
+        waits under ``token``."""
+        fx = self._fx = Effects()
         handler = self._requests.get(op)
         if handler is None:
-            return [CLIENT_ERROR, "Unknown command"]
+            fx.reply = [CLIENT_ERROR, "Unknown command"]
+            return fx
         self.now = now
         try:
-            return handler(self, now, token, *args)
+            fx.reply = handler(self, now, token, *args)
         except EngineError as err:
-            return err.reply()
+            fx.reply = err.reply()
+        return fx
 
     def next_deadline(self) -> Optional[int]:
         deadline = self.timers.next_deadline()
@@ -116,9 +143,10 @@ class Engine:
                 deadline = unused
         return deadline
 
-    def advance(self, now: int) -> None:
+    def advance(self, now: int) -> Effects:
         """Fire every timer due at ``now``, and drop queues unused for too
-        long; replies go to the outbox."""
+        long; the answers this gives parked requests are in ``later``."""
+        fx = self._fx = Effects()
         self.now = now
         if self.queue_idle:
             self._drop_unused(now - self.queue_idle)
@@ -138,6 +166,7 @@ class Engine:
                 self.apply(("delete", job.id))
             else:
                 self.apply((kind, job.id, entry.due))
+        return fx
 
     # --------------------------------------------------------------- requests
     def _add(self, now: int, token: Any, id: str, name: str, payload: bytes, priority: int = 0,
@@ -450,7 +479,7 @@ class Engine:
 
     def _reply(self, waiter: Waiter, reply: Reply) -> None:
         self._unpark(waiter)
-        self.outbox.append((waiter.token, reply))
+        self._fx.later.append((waiter.token, reply))
 
     def _caller_waits(self, id: str) -> bool:
         return any(w.role == "run" for w in self.result_waiters.get(id, ()))
@@ -506,23 +535,21 @@ class Engine:
 
     # ----------------------------------------------------------------- events
     def apply(self, event: Event) -> None:
-        """Journal one state change, then carry it out.
+        """Record one state change in the step's effects, then carry it out.
 
-        Journaling first keeps causal order: events an event causes (an add
-        handing its job to a parked lessee) are journaled after it.
+        Recording first keeps causal order: events an event causes (an add
+        handing its job to a parked lessee) come after it.
         """
-        if self.journal is not None:
-            self.journal(event)
+        self._fx.events.append(event)
         self._events[event[0]](self, *event[1:])
 
     def replay(self, events: Sequence[Event]) -> None:
-        """Rebuild state from a journal: no waiters exist, so nothing is offered."""
-        journal, self.journal = self.journal, None
-        try:
-            for event in events:
-                self._events[event[0]](self, *event[1:])
-        finally:
-            self.journal = journal
+        """Rebuild state from recorded events: no waiters exist, so nothing
+        is offered, and nothing is recorded again."""
+        handlers = self._events
+        for event in events:
+            handlers[event[0]](self, *event[1:])
+        self._fx = Effects()
 
     def _ev_add(self, id, number, name, payload, priority, ttr, ttl, max_attempts, max_fails,
                 now, sched, foreground) -> None:
@@ -536,8 +563,7 @@ class Engine:
         self.jobs[id] = job
         if self.by_number is not None:
             self.by_number[number] = job
-        if self.placed is not None:
-            self.placed.append(id)
+        self._fx.placed.append(id)
         if number > self.last_number:
             self.last_number = number
         if ttl:
@@ -558,8 +584,7 @@ class Engine:
         self.jobs[id] = job
         if self.by_number is not None:
             self.by_number[number] = job
-        if self.placed is not None:
-            self.placed.append(id)
+        self._fx.placed.append(id)
         queue.push(job)
         self._offer(queue, now)
 
@@ -651,7 +676,7 @@ class Engine:
         if job.due is not None:
             self.timers.cancel(job)
             job.due = None
-        self.forgotten.append((job.id, job.number))
+        self._fx.forgotten.append(id)
         waiting = self.result_waiters.get(id)
         for waiter in list(waiting or ()):
             self._reply(waiter, [NOT_FOUND, ""])

@@ -1,8 +1,9 @@
 """What the engine answers about a job, for every protocol.
 
-A lease is a named tuple: the same value in a shard that serves a
+Each view is a named tuple: the same value in a shard that serves a
 connection directly, and (as a msgpack array, read back with
-:func:`as_lease`) in a router that forwarded the request.
+:func:`as_lease`, or unpacked in field order) in a router that forwarded
+the request.
 """
 from __future__ import annotations
 
@@ -36,16 +37,40 @@ def lease_view(job: Job, shard: int = 0) -> LeaseView:
                      job.attempts, order, shard)
 
 
-def result_view(job: Job) -> list:
-    """``[id, success (1 or 0), result]``."""
-    return [job.id, 1 if job.success else 0, job.result or b""]
+class ResultView(NamedTuple):
+    """A finished job's outcome (``result``, ``run``)."""
+
+    id: str
+    success: int           # 1 or 0
+    result: bytes
 
 
-def inspect_view(job: Job) -> list:
-    """The 13 values ``inspect job`` shows, in the seed's order."""
-    return [job.id, job.name, job.ttr, job.ttl, job.payload, max(job.max_attempts, 0),
-            job.attempts, job.max_fails, job.fails, job.priority, job.state,
-            job.created, job.sched if job.scheduled else None]
+class JobView(NamedTuple):
+    """What ``inspect job`` shows, in the seed's order."""
+
+    id: str
+    name: str
+    ttr: int
+    ttl: int
+    payload: bytes
+    max_attempts: int
+    attempts: int
+    max_fails: int
+    fails: int
+    priority: int
+    state: int
+    created: int               # µs
+    sched: Optional[int]       # µs; None unless the job was scheduled
+
+
+def result_view(job: Job) -> ResultView:
+    return ResultView(job.id, 1 if job.success else 0, job.result or b"")
+
+
+def inspect_view(job: Job) -> JobView:
+    return JobView(job.id, job.name, job.ttr, job.ttl, job.payload, max(job.max_attempts, 0),
+                   job.attempts, job.max_fails, job.fails, job.priority, job.state,
+                   job.created, job.sched if job.scheduled else None)
 
 
 def undo_delivery(op: str, reply: list) -> Optional[Tuple[str, List[Any], LeaseView]]:

@@ -373,8 +373,7 @@ class Router:
                      callback: Callable[[Reply], None]) -> Any:
         directory = self.directory
         fresh = directory.place(id, link.index)
-        args = list(command.args)
-        args[0] = id
+        args = command.args._replace(id=id)
 
         def created(reply: Reply) -> None:
             status = reply[0]

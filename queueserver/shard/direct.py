@@ -91,12 +91,12 @@ class DirectServer:
                 callback: Callable[[Reply], None]) -> Optional[Any]:
         args = command.args
         if command.new_id == SERVER_ID:
-            args = (str(uuid.uuid4()), *args[1:])
+            args = args._replace(id=str(uuid.uuid4()))
         elif command.op == "lease" and connection.codec.leases_end_with_connection:
             args = (*args, connection.id)
             connection.owned = True
         token = (-connection.id, next(self._requests))
-        reply = self.engine.execute(command.op, args, self.shard.now(), token)
+        reply = self.shard.execute(command.op, args, token)
         if reply is None:
             self._callbacks[token] = callback
             return token
@@ -119,19 +119,19 @@ class DirectServer:
     # ------------------------------------------------------------- leaving
     def withdraw(self, token: Any) -> None:
         """The client left: the engine answers the parked request at once."""
-        self.engine.execute("cancel", (token,), self.shard.now())
+        self.shard.execute("cancel", (token,))
         self.shard.schedule_after_batch()
 
     def abandoned(self, command: Command, reply: Reply) -> None:
         """An answer reached a client that had left: give back the job."""
         undo = undo_delivery(command.op, reply)
         if undo is not None:
-            self.engine.execute(undo[0], undo[1], self.shard.now())
+            self.shard.execute(undo[0], undo[1])
             self.shard.schedule_after_batch()
 
     def connection_closed(self, connection: ClientConnection) -> None:
         if connection.owned:
-            self.engine.execute("disown", ((-connection.id, connection.id),), self.shard.now())
+            self.shard.execute("disown", ((-connection.id, connection.id),))
             connection.owned = None
             self.shard.schedule_after_batch()
 

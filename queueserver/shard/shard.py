@@ -26,7 +26,8 @@ from gevent import socket
 from gevent.event import Event
 
 from ..engine import Engine
-from ..engine.status import SERVER_ERROR
+from ..engine.effects import Effects
+from ..engine.status import SERVER_ERROR, Reply
 from ..net.channel import FrameChannel
 from ..net.handoff import HandoffChannel, handoff_path, listen_seqpacket
 from .direct import DirectServer
@@ -53,6 +54,12 @@ class Shard:
         self.channels: Dict[int, FrameChannel] = {}
         self.router_clients: Dict[int, list] = {}   # channel -> [router index, clients]
         self.router_channels: Dict[int, int] = {}   # router index -> its channel
+        #: what the engine's steps caused that is still to be carried out
+        self._later: list = []          # (token, reply) answers to parked requests
+        self._placed: list = []         # ids of jobs made here, for the routers' directories
+        self._forgotten: list = []      # ids of jobs that left
+        #: whether routers must hear of the jobs made here (several routers, or the direct path)
+        self._tell_placed = direct_path
         self.direct = DirectServer(self)
         self._ids = itertools.count(1)
         self._rearm = Event()
@@ -62,6 +69,22 @@ class Shard:
     @staticmethod
     def now() -> int:
         return now_us()
+
+    def execute(self, op: str, args, token=None) -> Optional[Reply]:
+        """Run one request on the engine and take in its effects; its own
+        reply, or None when it waits under ``token``."""
+        fx = self.engine.execute(op, args, now_us(), token)
+        self._take(fx)
+        return fx.reply
+
+    def _take(self, fx: Effects) -> None:
+        """Keep what a step caused, to be carried out at the end of the batch."""
+        if fx.later:
+            self._later += fx.later
+        if fx.placed and self._tell_placed:
+            self._placed += fx.placed
+        if fx.forgotten:
+            self._forgotten += fx.forgotten
 
     # ---------------------------------------------------------------- serving
     def serve(self) -> None:
@@ -102,24 +125,24 @@ class Shard:
         self.channels[cid] = channel
         # With several routers, or connections served here directly, every
         # router must hear of the jobs made without it.
-        self.engine.placed = [] if len(self.channels) > 1 or self.direct_path else None
+        self._tell_placed = len(self.channels) > 1 or self.direct_path
         self._hello(channel)
-        engine = self.engine
+        execute = self.execute
 
         def handle(frame: list) -> None:
             req_id, op, args = frame
             if req_id == 0:  # a control frame from the router
                 if op == "cancel":  # withdraw this channel's parked request
-                    engine.execute("cancel", ((cid, args),), now_us())
+                    execute("cancel", ((cid, args),))
                 elif op == "closed":  # a client connection of that router is gone
-                    engine.execute("disown", ((cid, args),), now_us())
+                    execute("disown", ((cid, args),))
                 elif op == "clients":  # how many clients that router serves
                     self.router_clients[cid] = args
                 elif op == "router":  # which router this channel belongs to
                     self.router_channels[args] = cid
                 return
             try:
-                reply = engine.execute(op, args, now_us(), (cid, req_id))
+                reply = execute(op, args, (cid, req_id))
             except Exception as err:  # a bug must not take the shard down
                 log.exception("shard %d: %s %r failed", self.index, op, args)
                 reply = [SERVER_ERROR, f"{type(err).__name__}"]
@@ -137,14 +160,13 @@ class Shard:
             self.router_clients.pop(cid, None)
             for router in [r for r, c in self.router_channels.items() if c == cid]:
                 del self.router_channels[router]
-            if len(self.channels) < 2 and not self.direct_path:
-                self.engine.placed = None
+            self._tell_placed = len(self.channels) > 1 or self.direct_path
             # The router is gone: so is every connection it served.
-            now = now_us()
+            engine = self.engine
             for token in [t for t in engine.waiters if t[0] == cid]:
-                engine.execute("cancel", (token,), now)
+                execute("cancel", (token,))
             for owner in [o for o in engine.owned if o[0] == cid]:
-                engine.execute("disown", (owner,), now)
+                execute("disown", (owner,))
             self._after_batch()
             channel.close()
 
@@ -166,9 +188,8 @@ class Shard:
 
     def send_placed(self) -> None:
         """Tell every router of the jobs made here without it (its directory)."""
-        engine = self.engine
-        if engine.placed:
-            placed, engine.placed = engine.placed, []
+        if self._placed:
+            placed, self._placed = self._placed, []
             for channel in self.channels.values():
                 channel.send([0, "placed", placed])
 
@@ -177,12 +198,14 @@ class Shard:
         return channel.sent if channel is not None else 0
 
     def _after_batch(self) -> None:
-        """Send what the engine produced beside direct replies; re-arm the timer."""
+        """Carry out what the engine's steps caused beside their own replies:
+        answer parked requests, tell routers of jobs made and gone; re-arm
+        the timer."""
         self._after_batch_scheduled = False
         engine = self.engine
-        while engine.outbox:   # a delivery may execute held requests, which may answer more
-            outbox, engine.outbox = engine.outbox, []
-            for token, reply in outbox:
+        while self._later:   # a delivery may execute held requests, which may answer more
+            later, self._later = self._later, []
+            for token, reply in later:
                 cid = token[0]
                 if cid < 0:
                     self.direct.deliver(token, reply)
@@ -191,9 +214,8 @@ class Shard:
                 if channel is not None:
                     channel.send([token[1], reply])
         self.send_placed()
-        if engine.forgotten:
-            forgotten = [id for id, _ in engine.forgotten]
-            engine.forgotten = []
+        if self._forgotten:
+            forgotten, self._forgotten = self._forgotten, []
             for channel in self.channels.values():
                 channel.send([0, "forgotten", forgotten])
         deadline = engine.next_deadline()
@@ -209,7 +231,7 @@ class Shard:
             self._rearm.wait(timeout)
             self._rearm.clear()
             try:
-                engine.advance(now_us())
+                self._take(engine.advance(now_us()))
             except Exception:
                 log.exception("shard %d: timer failed", self.index)
             self._after_batch()

@@ -1,0 +1,36 @@
+"""The arguments of the requests that create jobs, by name.
+
+Codecs build them, the router or the shard fills in a server-made id
+(``args._replace(id=...)``), and the engine takes them as its request's
+positional arguments; across the router's link they travel as msgpack
+arrays in field order.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+
+class AddRequest(NamedTuple):
+    """``add``: enqueue one job (durations in ms, ``sched`` in µs)."""
+
+    id: Optional[str]          # None until the server makes one
+    name: str
+    payload: bytes
+    priority: int = 0
+    ttr: int = 0               # 0: a lease never runs out
+    ttl: int = 0               # 0: never expires
+    max_attempts: int = 0
+    max_fails: int = 0
+    sched: Optional[int] = None
+    unique: bool = False       # drop a payload the queue already holds (queued)
+
+
+class RunRequest(NamedTuple):
+    """``run`` (workq): enqueue a job and wait up to ``timeout`` ms for its result."""
+
+    id: str
+    name: str
+    payload: bytes
+    priority: int
+    ttr: int
+    timeout: int
