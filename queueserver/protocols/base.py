@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable, List, Optional, Sequence
 
 from ..engine.job import UNLIMITED_ATTEMPTS
+from ..engine.requests import AddRequest
 from ..engine.status import OK, Reply
 
 # How the router finds the shard(s) for a command.
@@ -133,7 +134,7 @@ def new_job(name: str, payload: bytes, render: Render, *, id: Optional[str] = No
     ``[OK, [id, number]]``, or ``[OK, None]`` when ``unique`` dropped a
     payload the queue already holds.
     """
-    args = (id, name, payload, priority, ttr, ttl, max_attempts, max_fails, sched, unique)
+    args = AddRequest(id, name, payload, priority, ttr, ttl, max_attempts, max_fails, sched, unique)
     return Command("add", args, BY_NAME, name, render, new_id=SERVER_ID if id is None else id)
 
 

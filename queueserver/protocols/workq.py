@@ -42,6 +42,7 @@ import time
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from ..engine import status as S
+from ..engine.requests import RunRequest
 from ..engine.status import Reply
 from ..engine.views import as_lease
 from .base import (ALL, BY_ID, BY_NAME, BY_NAMES, MAX_PAYLOAD, Command, InputBuffer, name_token,
@@ -432,7 +433,7 @@ def _build_run(args, flags, block) -> Command:
     ttr = _uint(args[2], MAX_TTR, "Invalid TTR", low=1)
     timeout = _uint(args[3], MAX_WAIT, "Invalid wait timeout")
     priority, _, _ = _job_flags(flags, {b"priority"})
-    return Command("run", (id, name, block, priority, ttr, timeout), BY_NAME, name,
+    return Command("run", RunRequest(id, name, block, priority, ttr, timeout), BY_NAME, name,
                    render_result, new_id=id)
 
 
