@@ -56,7 +56,7 @@ every queue is in use.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set
 
 from . import job as J
 from .effects import Effects, Event
@@ -331,7 +331,8 @@ class Engine:
 
     def _create_queue(self, now: int, token: Any, name: str) -> Reply:
         self._admit(name)
-        self._queue(name)
+        if name not in self.queues:
+            self.apply(("queue", name))
         return [OK, None]
 
     def _disown(self, now: int, token: Any, owner: Any) -> Reply:
@@ -543,13 +544,40 @@ class Engine:
         self._fx.events.append(event)
         self._events[event[0]](self, *event[1:])
 
-    def replay(self, events: Sequence[Event]) -> None:
+    def replay(self, events: Iterable[Event]) -> None:
         """Rebuild state from recorded events: no waiters exist, so nothing
         is offered, and nothing is recorded again."""
         handlers = self._events
         for event in events:
             handlers[event[0]](self, *event[1:])
         self._fx = Effects()
+
+    def recovered(self, now: int) -> Effects:
+        """After a restart's :meth:`replay`: nobody holds a lease and no
+        ``run`` caller waits any more, so leased jobs are ready again (their
+        attempt stays counted: delivery is at least once) and ``run`` jobs go."""
+        fx = self._fx = Effects()
+        self.now = now
+        for job in list(self.jobs.values()):
+            if job.foreground:
+                self.apply(("delete", job.id))
+            elif job.state == J.LEASED:
+                self.apply(("release", job.id, now))
+        return fx
+
+    def snapshot(self) -> Iterator[Event]:
+        """Events that rebuild this state exactly (a compacted log's base):
+        the counters, every queue, and one ``job`` event per job."""
+        yield ("counters", self.last_number, self.evicted)
+        for name in self.queues:
+            yield ("queue", name)
+        for job in self.jobs.values():
+            timer = job.timer
+            sleeping = timer is not None and timer.kind == T_WAKE
+            yield ("job", job.id, job.number, job.name, job.payload, job.priority, job.ttr,
+                   job.ttl, job.max_attempts, job.max_fails, job.created, job.sched,
+                   job.foreground, job.scheduled, job.state, job.attempts, job.fails,
+                   job.result if job.finished else None, sleeping)
 
     def _ev_add(self, id, number, name, payload, priority, ttr, ttl, max_attempts, max_fails,
                 now, sched, foreground) -> None:
@@ -587,6 +615,45 @@ class Engine:
         self._fx.placed.append(id)
         queue.push(job)
         self._offer(queue, now)
+
+    def _ev_job(self, id, number, name, payload, priority, ttr, ttl, max_attempts, max_fails,
+                created, sched, foreground, scheduled, state, attempts, fails, result,
+                sleeping) -> None:
+        """One job as :meth:`snapshot` saw it."""
+        queue = self._queue(name)
+        job = Job(id, number, queue.name, payload, priority=priority, ttr=ttr, ttl=ttl,
+                  max_attempts=max_attempts, max_fails=max_fails, created=created, sched=sched,
+                  foreground=foreground, scheduled=scheduled)
+        job.attempts = attempts
+        if fails:
+            job.fails = fails
+        queue.jobs += 1
+        self.jobs[id] = job
+        if self.by_number is not None:
+            self.by_number[number] = job
+        self._fx.placed.append(id)
+        if number > self.last_number:
+            self.last_number = number
+        if ttl:
+            self._start_ttl(job)
+        job.state = state
+        if job.finished:
+            job.result = result
+        elif state == J.LEASED:
+            if ttr:   # the lease's start is not kept: it runs a whole TTR from here
+                job.timer = self.timers.add(Timer(self.now + ttr * MS, T_TTR, job))
+        elif sleeping:
+            queue.sleep(job)
+            job.timer = self.timers.add(Timer(sched, T_WAKE, job))
+        else:
+            queue.push(job)
+
+    def _ev_queue(self, name) -> None:
+        self._queue(name)
+
+    def _ev_counters(self, last_number, evicted) -> None:
+        self.last_number = max(self.last_number, last_number)
+        self.evicted = evicted
 
     def _start_ttl(self, job: Job) -> None:
         self.timers.add(job)  # its due follows from its schedule and TTL
@@ -691,6 +758,7 @@ class Engine:
         "add": _ev_add, "restore": _ev_restore, T_WAKE: _ev_wake, "lease": _ev_lease, "unlease": _ev_unlease,
         T_TTR: _ev_ttr, "exhaust": _ev_exhaust, "complete": _ev_complete, "fail": _ev_fail, "retry": _ev_retry,
         "delete": _ev_delete, T_TTL: _ev_evict, "release": _ev_release,
+        "job": _ev_job, "queue": _ev_queue, "counters": _ev_counters,
     }
 
     def _requeue(self, job: Job, now: int) -> None:
