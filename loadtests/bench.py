@@ -21,7 +21,6 @@ import os
 import platform
 import shlex
 import signal
-import subprocess
 import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -31,6 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loadgen  # noqa: E402
 import peers  # noqa: E402
 from loadgen import CYCLE, PRODUCE, LoadResult, LoadSpec  # noqa: E402
+from queueserver import __version__  # noqa: E402
+from queueserver.serverprocess import ServerProcess  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -81,57 +82,23 @@ class OurServer(peers.ServerUnderTest):
         super().__init__()
         self.shards = shards
         self.label = _our_label(shards)
+        self.server = ServerProcess(shards=shards, protocols=["workq"])
         self._pids: Dict[str, int] = {}
 
     def start(self) -> "OurServer":
-        from queueserver import __version__
         self.version = __version__
-        runtime = os.path.join(self.tmp, "rt")
-        argv = [sys.executable, "-m", "queueserver", "serve", "--shards", str(self.shards),
-                "--runtime-dir", runtime, "--workq-port", "0", "--log-level", "info",
-                "--no-takeanumber", "--no-goqueue", "--no-queued", "--no-taskflux"]
-        process = self._spawn(argv, "server.log")
-        ports_file = os.path.join(runtime, "ports.json")
-        deadline = time.monotonic() + peers.START_TIMEOUT
-        while not os.path.exists(ports_file):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"our server did not start:\n{self.log('server.log')[-2000:]}")
-            time.sleep(0.05)
-        with open(ports_file) as f:
-            self.port = json.load(f)["workq"]
-        self._pids = self._children()
+        self.server.start()
+        self.port = self.server.port("workq")
+        self._pids = self.server.child_pids()
         if len(self._pids) != self.shards + 1:
             raise RuntimeError(f"expected a router and {self.shards} shards, found {self._pids}")
-        peers.wait_listening(self.port, process, "our server")
         return self
-
-    def _children(self) -> Dict[str, int]:
-        """Router and shard pids, from the supervisor's "<name> started (pid N)" lines."""
-        pids: Dict[str, int] = {}
-        for line in self.log("server.log").splitlines():
-            if " started (pid " in line:
-                name = line.split(" INFO ", 1)[1].split(" started", 1)[0]
-                pids[name] = int(line.rsplit("pid ", 1)[1].rstrip(")"))
-        return pids
 
     def pids(self) -> Dict[str, int]:
         return dict(self._pids)
 
     def stop(self) -> None:
-        children = dict(self._pids)
-        process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            process.terminate()    # the supervisor stops router and shards in order
-            try:
-                process.wait(peers.STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        for pid in children.values():  # never leave a child behind
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        self.server.stop(peers.STOP_TIMEOUT)
         super().stop()
 
 
@@ -306,9 +273,36 @@ class Report:
         return cells
 
     def render(self) -> str:
+        sections = (self._render_header, self._render_cycle, self._render_produce, self._render_cpu,
+                    self._render_memory, self._render_targets)
+        return "\n".join(line for section in sections for line in section())
+
+    def _n_label(self) -> Optional[str]:
+        """Our N-shard server's label: the one the targets are about."""
+        ours = self._ours_labels()
+        return ours[-1] if ours else None
+
+    def _section_table(self, key: str, headers: List[str],
+                       row: Callable[[str, str, Dict[str, Any]], List[str]],
+                       ratios: bool = False, not_run_rows: bool = True) -> str:
+        """A table of one result ``key``, a row per server: ``row(label, kind,
+        result)`` where there is a result, else "failed" or "not run" (the
+        latter left out unless ``not_run_rows``). With ``ratios``, a column per
+        server of ours: its throughput ÷ this row's."""
+        ratio_heads = [f"{label} ÷ this" for label in self._ours_labels()] if ratios else []
+        rows = []
+        for label, kind in self.servers:
+            result = self._get(label, key)
+            if result is not None:
+                rows.append(row(label, kind, result) + (self._ratio_cols(key, label) if ratios else []))
+            elif not_run_rows or key in self.results.get(label, {}):
+                rows.append([label, self._error(label, key)] + [""] * (len(headers) - 2)
+                            + ["-"] * len(ratio_heads))
+        return table(headers + ratio_heads, rows)
+
+    def _render_header(self) -> List[str]:
         h, o = self.header, self.opts
-        n_label = self._ours_labels()[-1] if self._ours_labels() else None
-        out = [
+        return [
             f"queueserver bench  {h['date']}",
             f"machine: {h['cores']} cores, {h['cpu']}, {h['memory_gib']} GiB, Linux {h['kernel']}, "
             f"Python {h['python']}",
@@ -320,72 +314,55 @@ class Report:
             "a fresh server for every workload",
             "",
         ]
-        ratio_heads = [f"{lbl} ÷ this" for lbl in self._ours_labels()]
 
-        # (1) full cycle
-        out += [
+    def _render_cycle(self) -> List[str]:
+        o = self.opts
+        return [
             f"(1) full job cycle, {o.payload}-byte payloads, {o.connections} connections, no pipelining "
             "(one request in flight per connection; a cycle = 3 round trips)",
-            f"    ours: add + lease + complete, one queue per connection (their names spread over the "
-            f"shards); beanstalkd: put + reserve-with-timeout + delete, one tube per connection;",
+            "    ours: add + lease + complete, one queue per connection (their names spread over the "
+            "shards); beanstalkd: put + reserve-with-timeout + delete, one tube per connection;",
             f"    redis: LPUSH + BLMOVE src src:busy LEFT RIGHT + LREM src:busy 1 <value>, {o.queues} keys; "
             f"queues pre-filled with {o.prefill:,} jobs so a take never waits",
             "    latency: 'req' = one request's round trip, 'cycle' = all three; jobs/s = cycles/s",
+            self._section_table("cycle", ["server", "cycles/s", "req p50 µs", "req p99 µs", "cycle p50 µs",
+                                          "cycle p99 µs", "errors", "loadgen µs/cycle"],
+                                self._cycle_row, ratios=True),
+            f"    targets: {self._n_label() or 'ours'} ≥ {TARGET_VS_BEANSTALKD:.1f}x beanstalkd; "
+            f"req p99 ≤ {TARGET_P99_US / 1000:g} ms",
+            "",
         ]
-        rows = []
-        for label, _ in self.servers:
-            r = self._get(label, "cycle")
-            if r is None:
-                rows.append([label, self._error(label, "cycle")] + [""] * 6 + ["-"] * len(ratio_heads))
-                continue
-            lat, cyc = r["latency_us"], r["cycle_latency_us"]
-            rows.append([label, fmt_num(r["ops_per_s"]), fmt_num(lat.get("p50")), fmt_num(lat.get("p99")),
-                         fmt_num(cyc.get("p50")), fmt_num(cyc.get("p99")), str(r["errors"]),
-                         fmt_num(r["loadgen_cpu_us_per_cycle"], 1)] + self._ratio_cols("cycle", label))
-        out.append(table(["server", "cycles/s", "req p50 µs", "req p99 µs", "cycle p50 µs",
-                          "cycle p99 µs", "errors", "loadgen µs/cycle"] + ratio_heads, rows))
-        out.append(f"    targets: {n_label or 'ours'} ≥ {TARGET_VS_BEANSTALKD:.1f}x beanstalkd; "
-                   f"req p99 ≤ {TARGET_P99_US / 1000:g} ms")
-        out.append("")
 
-        # (2) producer only
-        out.append(f"(2) producer only, pipelined: {o.batch} enqueues per write, {o.connections} connections, "
-                   f"{o.payload}-byte payloads; latency = one batch's round trip")
-        rows = []
-        for label, _ in self.servers:
-            r = self._get(label, "produce")
-            if r is None:
-                rows.append([label, self._error(label, "produce"), "", "", ""] + ["-"] * len(ratio_heads))
-                continue
-            lat = r["latency_us"]
-            rows.append([label, fmt_num(r["ops_per_s"]), fmt_num(lat.get("p50")), fmt_num(lat.get("p99")),
-                         str(r["errors"])] + self._ratio_cols("produce", label))
-        out.append(table(["server", "jobs/s", "batch p50 µs", "batch p99 µs", "errors"] + ratio_heads, rows))
-        out.append("")
+    @staticmethod
+    def _cycle_row(label: str, kind: str, r: Dict[str, Any]) -> List[str]:
+        lat, cyc = r["latency_us"], r["cycle_latency_us"]
+        return [label, fmt_num(r["ops_per_s"]), fmt_num(lat.get("p50")), fmt_num(lat.get("p99")),
+                fmt_num(cyc.get("p50")), fmt_num(cyc.get("p99")), str(r["errors"]),
+                fmt_num(r["loadgen_cpu_us_per_cycle"], 1)]
 
-        # (3) CPU per cycle and projection
-        out.append("(3) server CPU during workload (1), /proc/<pid>/stat utime+stime over the whole run "
-                   "(warm-up included) ÷ cycles completed")
-        rows = []
-        ours = self._ours_labels()
-        for label, kind in self.servers:
-            r = self._get(label, "cycle")
-            if r is None:
-                rows.append([label, self._error(label, "cycle")] + [""] * (4 + len(PROJECT_CORES)))
-                continue
-            per = r["cpu_us_per_cycle"]
-            router = per.get("router") if kind == "workq" else None
-            shards = sum(v for k, v in per.items() if k.startswith("shard")) if kind == "workq" else None
-            total = sum(per.values())
-            scales = kind == "workq" and label == ours[-1] and len(per) > 2
-            projections = [project(per, kind, scales, c) for c in PROJECT_CORES]
-            rows.append([label, fmt_num(router, 1), fmt_num(shards, 1), fmt_num(total, 1),
-                         f"{total / 1000:.4f}"] + [fmt_num(value) for value, _ in projections]
-                        + [projections[-1][1]])
-        out.append(table(["server", "router µs/cycle", "shards µs/cycle", "server µs/cycle",
-                          "CPU s/1k cycles"] + [f"@{c} cores cycles/s" for c in PROJECT_CORES]
-                         + [f"limit @{PROJECT_CORES[-1]}"], rows))
-        out += [
+    def _render_produce(self) -> List[str]:
+        o = self.opts
+        return [
+            f"(2) producer only, pipelined: {o.batch} enqueues per write, {o.connections} connections, "
+            f"{o.payload}-byte payloads; latency = one batch's round trip",
+            self._section_table("produce", ["server", "jobs/s", "batch p50 µs", "batch p99 µs", "errors"],
+                                self._produce_row, ratios=True),
+            "",
+        ]
+
+    @staticmethod
+    def _produce_row(label: str, kind: str, r: Dict[str, Any]) -> List[str]:
+        lat = r["latency_us"]
+        return [label, fmt_num(r["ops_per_s"]), fmt_num(lat.get("p50")), fmt_num(lat.get("p99")),
+                str(r["errors"])]
+
+    def _render_cpu(self) -> List[str]:
+        return [
+            "(3) server CPU during workload (1), /proc/<pid>/stat utime+stime over the whole run "
+            "(warm-up included) ÷ cycles completed",
+            self._section_table("cycle", ["server", "router µs/cycle", "shards µs/cycle", "server µs/cycle",
+                                          "CPU s/1k cycles"] + [f"@{c} cores cycles/s" for c in PROJECT_CORES]
+                                + [f"limit @{PROJECT_CORES[-1]}"], self._cpu_row),
             f"    target: router + shard CPU ≤ {TARGET_CPU_US:g} µs per cycle",
             "    projection model: the server alone gets C cores (load generated elsewhere). Ours with N shards",
             "    run as C shards and about C/3 routers (--routers; they share the client ports): shard work",
@@ -397,35 +374,45 @@ class Report:
             "",
         ]
 
-        # memory
-        out.append(f"(4) memory: RSS of every server process (ours: router + shards) after queueing "
-                   f"{o.memory_jobs:,} jobs of {o.payload} bytes, minus before, ÷ jobs")
-        rows = []
-        for label, _ in self.servers:
-            r = self._get(label, "memory")
-            if r is None:
-                if "memory" in self.results.get(label, {}):
-                    rows.append([label, self._error(label, "memory"), "", "", "", "", ""])
-                continue
-            split = r.get("bytes_per_job_by_process", {})
-            router = sum(v for k, v in split.items() if k.startswith("router"))
-            shards = sum(v for k, v in split.items() if k.startswith("shard"))
-            rows.append([label, fmt_num(r["jobs"]), fmt_num(r["rss_before"] / 1048576, 1),
-                         fmt_num(r["rss_after"] / 1048576, 1), fmt_num(r["bytes_per_job"]),
-                         fmt_num(r["bytes_beyond_payload"]),
-                         f"{router:,.0f} / {shards - o.payload:,.0f}" if len(split) > 1 else "-"])
-        out.append(table(["server", "jobs", "RSS before MiB", "RSS after MiB", "B/job",
-                          "B/job beyond payload", "of which router / shards"], rows))
-        out.append(f"    target: ≤ {TARGET_BYTES_PER_JOB:g} B per queued job beyond the payload")
-        out.append("")
+    def _cpu_row(self, label: str, kind: str, r: Dict[str, Any]) -> List[str]:
+        per = r["cpu_us_per_cycle"]
+        ours = kind == "workq"
+        router = per.get("router") if ours else None
+        shards = sum(v for k, v in per.items() if k.startswith("shard")) if ours else None
+        total = sum(per.values())
+        scales = ours and label == self._n_label() and len(per) > 2
+        projections = [project(per, kind, scales, c) for c in PROJECT_CORES]
+        return ([label, fmt_num(router, 1), fmt_num(shards, 1), fmt_num(total, 1), f"{total / 1000:.4f}"]
+                + [fmt_num(value) for value, _ in projections] + [projections[-1][1]])
 
-        out.append(f"targets ({n_label or 'ours'})")
-        rows = [[name, measured, target, verdict] for name, measured, target, verdict in self.targets()]
-        out.append(table(["what", "measured", "target", ""], rows))
+    def _render_memory(self) -> List[str]:
+        o = self.opts
+        return [
+            f"(4) memory: RSS of every server process (ours: router + shards) after queueing "
+            f"{o.memory_jobs:,} jobs of {o.payload} bytes, minus before, ÷ jobs",
+            self._section_table("memory", ["server", "jobs", "RSS before MiB", "RSS after MiB", "B/job",
+                                           "B/job beyond payload", "of which router / shards"],
+                                self._memory_row, not_run_rows=False),
+            f"    target: ≤ {TARGET_BYTES_PER_JOB:g} B per queued job beyond the payload",
+            "",
+        ]
+
+    def _memory_row(self, label: str, kind: str, r: Dict[str, Any]) -> List[str]:
+        split = r.get("bytes_per_job_by_process", {})
+        router = sum(v for k, v in split.items() if k.startswith("router"))
+        shards = sum(v for k, v in split.items() if k.startswith("shard"))
+        return [label, fmt_num(r["jobs"]), fmt_num(r["rss_before"] / 1048576, 1),
+                fmt_num(r["rss_after"] / 1048576, 1), fmt_num(r["bytes_per_job"]),
+                fmt_num(r["bytes_beyond_payload"]),
+                f"{router:,.0f} / {shards - self.opts.payload:,.0f}" if len(split) > 1 else "-"]
+
+    def _render_targets(self) -> List[str]:
+        out = [f"targets ({self._n_label() or 'ours'})",
+               table(["what", "measured", "target", ""], [list(row) for row in self.targets()])]
         problems = self.problems()
         if problems:
             out += ["", "problems:"] + [f"  {p}" for p in problems]
-        return "\n".join(out)
+        return out
 
     def _error(self, label: str, key: str) -> str:
         value = self.results.get(label, {}).get(key)
@@ -436,7 +423,7 @@ class Report:
                 for key, value in results.items() if isinstance(value, str)]
 
     def targets(self) -> List[Tuple[str, str, str, str]]:
-        ours = self._ours_labels()[-1] if self._ours_labels() else None
+        ours = self._n_label()
         rows: List[Tuple[str, str, str, str]] = []
 
         def verdict(ok: Optional[bool]) -> str:

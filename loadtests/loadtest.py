@@ -13,30 +13,13 @@ worker machine.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import signal
 import subprocess
 import sys
-import tempfile
-import time
+
+from queueserver.serverprocess import ServerProcess, ServerStartError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def start_server(shards: int, runtime_dir: str) -> subprocess.Popen:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "queueserver", "serve", "--shards", str(shards), "--runtime-dir",
-         runtime_dir, "--workq-port", "0", "--no-takeanumber", "--no-goqueue", "--no-queued",
-         "--no-taskflux", "--log-level", "warning"])
-    ports = os.path.join(runtime_dir, "ports.json")
-    deadline = time.monotonic() + 30
-    while not os.path.exists(ports):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise SystemExit("the server did not start")
-        time.sleep(0.05)
-    return process
 
 
 def main(argv=None) -> int:
@@ -50,26 +33,22 @@ def main(argv=None) -> int:
     parser.add_argument("locust_args", nargs="*", help="extra arguments for locust (after --)")
     args = parser.parse_args(argv)
     os.makedirs(os.path.dirname(args.csv), exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="qs-loadtest-") as tmp:
-        runtime = os.path.join(tmp, "rt")
-        server = start_server(args.shards, runtime)
-        try:
-            with open(os.path.join(runtime, "ports.json")) as f:
-                port = json.load(f)["workq"]
-            command = [sys.executable, "-m", "locust", "-f", os.path.join(HERE, "locustfile.py"),
-                       "--headless", "-u", str(args.users), "-r", str(args.spawn_rate),
-                       "-t", args.time, "--stop-timeout", "5", "--csv", args.csv,
-                       "--host", f"tcp://127.0.0.1:{port}", "--only-summary", *args.locust_args]
-            print("running:", " ".join(command), flush=True)
-            result = subprocess.run(command, timeout=_seconds(args.time) + 120)
-            # locust exits 1 when any request failed; the summary above says which.
-            return result.returncode
-        finally:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(15)
-            except subprocess.TimeoutExpired:
-                server.kill()
+    try:
+        server = ServerProcess(shards=args.shards, protocols=["workq"]).start()
+    except ServerStartError as err:
+        raise SystemExit(f"the server did not start: {err}")
+    try:
+        command = [sys.executable, "-m", "locust", "-f", os.path.join(HERE, "locustfile.py"),
+                   "--headless", "-u", str(args.users), "-r", str(args.spawn_rate),
+                   "-t", args.time, "--stop-timeout", "5", "--csv", args.csv,
+                   "--host", f"tcp://127.0.0.1:{server.port('workq')}", "--only-summary",
+                   *args.locust_args]
+        print("running:", " ".join(command), flush=True)
+        result = subprocess.run(command, timeout=_seconds(args.time) + 120)
+        # locust exits 1 when any request failed; the summary above says which.
+        return result.returncode
+    finally:
+        server.stop()
 
 
 def _seconds(spec: str) -> int:
