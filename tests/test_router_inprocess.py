@@ -302,13 +302,7 @@ def test_a_direct_client_that_leaves_withdraws_its_parked_lease(direct):
     assert w.call(f"inspect queue {other_one}\r\n".encode()) == b"+OK 1\r\n" + queue(other_one, 1)
 
 
-@pytest.mark.parametrize("direct_path", [
-    False,
-    pytest.param(True, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-        "DirectServer.arrived drops a connection whose FIN has come, unread bytes and all: "
-        "the request the router decoded and chose to move is never executed, where the "
-        "router itself would have executed it"))),
-], ids=["forwarded", "direct"])
+@pytest.mark.parametrize("direct_path", [False, True], ids=["forwarded", "direct"])
 def test_a_request_sent_just_before_the_client_closes_is_executed(cluster_factory, direct_path):
     """A fire-and-forget producer: it writes an ``add`` and closes at once."""
     cluster = cluster_factory(shards=2, direct_path=direct_path)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..engine.status import NOT_FOUND, OK, TIMEOUT, Reply
+from ..engine.status import NOT_FOUND, OK, SERVER_ERROR, TIMEOUT, Reply
 from ..engine.views import as_lease, undo_delivery
 from .shardlink import ShardLink
 
@@ -58,22 +58,36 @@ class FirstFound:
     """Ask every shard about one job; answer with the owner's reply.
 
     For a job the directory cannot place (goqueue's numbers, or an id whose
-    hash two jobs share): every other shard answers NOT_FOUND at once.
+    hash two jobs share): every other shard answers NOT_FOUND at once. A
+    shard that cannot answer (down) may be the owner, so its error is the
+    answer only when no other shard owns the job.
     """
 
     def __init__(self, links: Sequence[ShardLink], op: str, args: Sequence[Any],
                  callback: Callback) -> None:
         self._callback: Optional[Callback] = callback
         self._waiting = len(links)
+        self._failure: Optional[Reply] = None
         self._asked: List[Tuple[ShardLink, int]] = []
         for link in links:
             self._asked.append((link, link.call(op, args, self._answer)))
 
     def _answer(self, reply: Reply) -> None:
         self._waiting -= 1
-        if self._callback is not None and (reply[0] != NOT_FOUND or self._waiting == 0):
-            callback, self._callback = self._callback, None
-            callback(reply)
+        if self._callback is None:
+            return
+        status = reply[0]
+        if status == SERVER_ERROR:
+            self._failure = self._failure or reply
+        elif status != NOT_FOUND:
+            self._give(reply)
+            return
+        if self._waiting == 0:
+            self._give(self._failure or reply)
+
+    def _give(self, reply: Reply) -> None:
+        callback, self._callback = self._callback, None
+        callback(reply)
 
     def abandon(self) -> None:
         if self._callback is not None:

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import uuid
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 from gevent import socket
 
@@ -45,24 +44,22 @@ class DirectServer:
         self._requests = itertools.count(1)
         #: connection id -> (the handoff socket it came by, its router's index, its codec options)
         self._homes: Dict[int, Tuple[HandoffChannel, int, Dict[str, Any]]] = {}
+        #: connections whose client had hung up when they arrived
+        self._hung_up: Set[int] = set()
 
     # ------------------------------------------------------------ arriving
     def arrived(self, channel: HandoffChannel, fd: int, move: Move) -> None:
         """A router handed over a connection: serve it from its first unread
-        byte, unless its client has left meanwhile (then nothing it sent is
-        executed, as a router that saw it leave would not have)."""
-        if hung_up(fd):
-            os.close(fd)
-            try:
-                channel.send_gone(move.origin)
-            except OSError:
-                pass
-            return
+        byte. If its client has hung up meanwhile, what it sent before is
+        still executed (as a router that read it would have), but a job
+        handed to it is given back at once: nobody is there to work on it."""
         sock = socket.socket(fileno=fd)
         codec = codec_class(move.protocol)(**move.options)
         codec.restore(move.state)
         connection = ClientConnection(self, sock, codec, move.protocol, None, move.limits, move.origin)
         connection.moves = move.moves
+        if hung_up(fd):
+            self._hung_up.add(connection.id)
         self._homes[connection.id] = (channel, move.router, move.options)
         self.clients += 1
         connection.start(move.unread)
@@ -100,6 +97,8 @@ class DirectServer:
         if reply is None:
             self._callbacks[token] = callback
             return token
+        if self._hung_up and connection.id in self._hung_up:
+            self.abandoned(command, reply)
         callback(reply)
         return None
 
@@ -137,6 +136,7 @@ class DirectServer:
 
     def client_left(self, connection: ClientConnection) -> None:
         self.clients -= 1
+        self._hung_up.discard(connection.id)
         home = self._homes.pop(connection.id, None)
         if home is not None:
             try:
@@ -149,6 +149,7 @@ class DirectServer:
         """Hand ``connection`` back to its router, from ``command`` on."""
         home = self._homes.pop(connection.id, None)
         self.clients -= 1
+        self._hung_up.discard(connection.id)
         if home is None:
             return False
         channel, router, options = home
