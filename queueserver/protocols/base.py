@@ -7,9 +7,8 @@ with the command's own ``render``. Codecs hold no sockets and read no clock.
 from __future__ import annotations
 
 import re
-import unicodedata
 from abc import ABC, abstractmethod
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ..engine.job import UNLIMITED_ATTEMPTS
 from ..engine.requests import AddRequest
@@ -54,11 +53,14 @@ MAX_QUEUE_NAME = 255
 QUEUE_NAME_RULE = "1 to 255 bytes of UTF-8, no whitespace or control characters"
 
 _PLAIN_NAME = re.compile(rb"[!-~]{1,255}")   # printable ASCII without the space
+#: Whitespace (``str.isspace``: ``\s`` of a str pattern) or a control
+#: character (category Cc): either can break a reply's framing.
+_UNSAFE = re.compile(r"[\s\x00-\x1f\x7f-\x9f]")
 
-
-def _unsafe(char: str) -> bool:
-    """Whitespace or a control character: either can break a reply's framing."""
-    return char.isspace() or unicodedata.category(char) == "Cc"
+#: Names already found valid, raw -> decoded: most requests name a queue
+#: named before, and a dict lookup costs a tenth of the check.
+_VALID_NAMES: Dict[bytes, str] = {}
+NAME_MEMO = 4096    # entries kept; the memo starts over when full
 
 
 def valid_queue_name(raw: bytes) -> Optional[str]:
@@ -69,15 +71,29 @@ def valid_queue_name(raw: bytes) -> Optional[str]:
     character, so that no reply carrying the name can break its framing.
     Protocols with a stricter seed rule (workq, TaskFlux) check it on top.
     """
+    name = _VALID_NAMES.get(raw)
+    if name is not None:
+        return name
     if _PLAIN_NAME.fullmatch(raw):
-        return raw.decode("ascii")
-    if not 0 < len(raw) <= MAX_QUEUE_NAME:
-        return None
-    try:
-        name = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    return None if any(_unsafe(c) for c in name) else name
+        name = raw.decode("ascii")
+    else:
+        if not 0 < len(raw) <= MAX_QUEUE_NAME:
+            return None
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        if _UNSAFE.search(name):
+            return None
+    if len(_VALID_NAMES) >= NAME_MEMO:
+        _VALID_NAMES.clear()
+    _VALID_NAMES[raw] = name
+    return name
+
+
+def _escape(match: "re.Match[str]") -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 256 else f"\\u{code:04x}"
 
 
 def name_token(name: str) -> str:
@@ -92,8 +108,7 @@ def name_token(name: str) -> str:
         return name
     if not name:
         return '""'
-    return "".join((f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
-                   if _unsafe(c) else c for c in name)
+    return _UNSAFE.sub(_escape, name)
 
 
 class Command:
@@ -200,7 +215,10 @@ class StreamCodec(ABC):
 
 
 class InputBuffer:
-    """Bytes received but not yet decoded, consumed from the front."""
+    """Bytes received but not yet decoded, consumed from the front.
+
+    ``data`` is ``bytes`` while it holds one received chunk and nothing
+    older, and becomes a ``bytearray`` once a chunk has to be appended."""
 
     __slots__ = ("data", "pos", "mark", "base")
 
@@ -211,13 +229,23 @@ class InputBuffer:
         self.base = 0    # stream offset of ``data[0]``
 
     def feed(self, chunk: bytes) -> None:
+        data = self.data
         cut = min(self.pos, self.mark)
-        if cut and cut >= len(self.data) // 2:
-            del self.data[:cut]
+        if cut == len(data) and type(chunk) is bytes:
+            # Everything before is decoded (one request per read, the common
+            # case): the chunk itself becomes the buffer, uncopied.
+            self.data = chunk
+            self.pos = self.mark = 0
+            self.base += cut
+            return
+        if type(data) is not bytearray:
+            data = self.data = bytearray(data)
+        if cut and cut >= len(data) // 2:
+            del data[:cut]
             self.pos -= cut
             self.mark -= cut
             self.base += cut
-        self.data += chunk
+        data += chunk
 
     def __len__(self) -> int:
         return len(self.data) - self.pos

@@ -45,8 +45,8 @@ from ..engine import status as S
 from ..engine.requests import RunRequest
 from ..engine.status import Reply
 from ..engine.views import as_lease
-from .base import (ALL, BY_ID, BY_NAME, BY_NAMES, MAX_PAYLOAD, Command, InputBuffer, name_token,
-                   new_job, renderer, valid_queue_name)
+from .base import (ALL, BY_ID, BY_NAME, BY_NAMES, MAX_PAYLOAD, NAME_MEMO, Command, InputBuffer,
+                   name_token, new_job, renderer)
 from .lines import LineCodec
 
 MAX_LINE = 65536
@@ -57,6 +57,10 @@ MAX_LIMIT = 100
 
 _UUID = re.compile(rb"\A[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z")
 _SEED_NAME = re.compile(rb"[a-zA-Z0-9_.-]+")
+#: The seed's charset within the shared rule's 255 bytes (the seed's
+#: charset is printable ASCII, so the shared rule adds only the length).
+_NAME = re.compile(rb"[a-zA-Z0-9_.-]{1,255}")
+_NAMES: Dict[bytes, str] = {}    # names found valid, raw -> decoded
 _FLAG_LIKE = re.compile(rb"-[A-Za-z]")
 _UINT = re.compile(rb"\A\+?[0-9]+\Z")
 _INT = re.compile(rb"\A[+-]?[0-9]+\Z")
@@ -199,9 +203,14 @@ def _id(token: bytes) -> str:
 
 def _name(token: bytes) -> str:
     """The shared queue-name rule, and the seed's charset on top."""
-    name = valid_queue_name(token) if _SEED_NAME.fullmatch(token) else None
+    name = _NAMES.get(token)
     if name is None:
-        raise Invalid("Invalid Name")
+        if not _NAME.fullmatch(token):
+            raise Invalid("Invalid Name")
+        name = token.decode("ascii")
+        if len(_NAMES) >= NAME_MEMO:
+            _NAMES.clear()
+        _NAMES[token] = name
     return name
 
 
@@ -319,6 +328,46 @@ class WorkqCodec(LineCodec):
         self._pending: Optional[_Pending] = None
 
     def decode_next(self, buf: InputBuffer) -> Optional[Command]:
+        if self._discard or self._pending is not None or self._resync:
+            return self._resume(buf)
+        # The common case inline: a whole line of at most max_line bytes and,
+        # for a block command with the right argument count, its whole block.
+        # Anything else takes the general path from the line's start.
+        data, pos = buf.data, buf.pos
+        end = data.find(b"\n", pos)
+        if end < 0:
+            if len(data) - pos > self.max_line:
+                return self._resume(buf)
+            buf.mark = pos
+            return None
+        if end - pos > self.max_line:
+            return self._resume(buf)
+        start = end + 1
+        if end > pos and data[end - 1] == 13:  # CR before the LF
+            end -= 1
+        line = bytes(data[pos:end])
+        args, flags = _split(line)
+        if not args:
+            buf.mark, buf.pos = pos, start
+            return _refuse("Unknown command")
+        name = args[0]
+        spec = _BLOCKS.get(name)
+        if spec is None:
+            buf.mark, buf.pos = pos, start
+            return self._command(name, args[1:], flags, None)
+        if flags is not None and len(args) == spec.count + 1:
+            token = args[spec.size_at + 1]
+            if token.isdigit():
+                size = int(token)
+                stop = start + size
+                if size <= self.max_payload and data[stop:stop + 2] == b"\r\n":
+                    buf.mark, buf.pos = pos, stop + 2
+                    return self._command(name, args[1:], flags, bytes(data[start:stop]))
+        return self._resume(buf)
+
+    def _resume(self, buf: InputBuffer) -> Optional[Command]:
+        """The general path: resynchronising, dropping an oversized block,
+        waiting for a block, or a block command's line read afresh."""
         if self._discard and not self._discarded(buf):
             return None
         if self._pending is None:
@@ -449,7 +498,10 @@ def _build_lease(args, flags, block) -> Command:
     if len(args) < 2:
         raise Invalid("Invalid command args")
     timeout = _uint(args[-1], MAX_WAIT, "Invalid wait timeout")
-    names = list(dict.fromkeys(_name(a) for a in args[:-1]))
+    if len(args) == 2:
+        names = [_name(args[0])]
+    else:
+        names = list(dict.fromkeys(_name(a) for a in args[:-1]))
     return Command("lease", (names, timeout), BY_NAMES, names, render_lease)
 
 
