@@ -1,0 +1,226 @@
+"""The bytes of a segment: a versioned header, then framed records. Pure: no I/O.
+
+Header (40 bytes, little-endian)::
+
+    magic "QSJOBLOG" | version u16 | flags u16 | shard u32 | shards u32 |
+    seq u64 | created µs u64 | xxh32 of the 36 bytes before it
+
+Record frame (12 bytes, then the body)::
+
+    body length u32 | xxh32 of the length u32 | checksum u32 | msgpack body
+
+The checksum is the low 32 bits of xxh3_64(body, seed=length). The length
+has a check of its own so that a verified length can be trusted: a record
+whose verified length runs past the end of the file is a torn write, and
+nothing inside it (a payload may hold any bytes, even frames) is mistaken
+for records that follow. Only a damaged length makes the scanner search
+byte by byte for valid records after it. Zero-filled space (a file extended
+but not written before a crash) fails the length check and reads as
+garbage, not as records.
+
+:class:`Scan` walks a buffer and says exactly where and why it stopped: the
+end, a torn tail (an incomplete or damaged last record with nothing valid
+after it), corruption (a damaged record followed by valid data), an unknown
+version, or another shard's file.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Any, Iterator, NamedTuple, Optional, Sequence, Tuple, Union
+
+import msgpack
+import xxhash
+
+MAGIC = b"QSJOBLOG"
+VERSION = 1
+FLAG_BASE = 1                      # a snapshot: replay starts at the newest one
+
+_HEAD = struct.Struct("<8sHHIIQQ")  # magic, version, flags, shard, shards, seq, created
+_HEAD_SUM = struct.Struct("<I")
+HEADER_SIZE = _HEAD.size + _HEAD_SUM.size
+_VERSION_END = 10                  # bytes needed to read the version
+
+FRAME = struct.Struct("<III")      # body length, length check, body checksum
+FRAME_SIZE = FRAME.size
+MAX_RECORD = 256 * 1024 * 1024     # a sane bound for a length field
+
+# Why a scan stopped.
+END = "end"                # every byte was a valid record
+TORN = "torn"              # the tail is incomplete or damaged, nothing valid follows
+CORRUPT = "corrupt"        # a damaged record with valid records after it
+VERSION_UNKNOWN = "version"
+OTHER_SHARD = "shard"
+NOT_A_LOG = "header"       # no magic, or a damaged header
+
+Buffer = Union[bytes, bytearray, memoryview]
+
+_packer = msgpack.Packer(use_bin_type=True)
+
+
+class Header(NamedTuple):
+    version: int
+    base: bool           # a snapshot segment
+    shard: int
+    shards: int
+    seq: int
+    created_us: int
+
+
+class Stop(NamedTuple):
+    """Where valid data ends (``offset``), why (``kind``, ``detail``), and for
+    corruption where valid records resume."""
+
+    kind: str
+    offset: int
+    detail: str
+    resume: Optional[int] = None
+
+
+def encode_header(shard: int, shards: int, seq: int, created_us: int, base: bool = False) -> bytes:
+    head = _HEAD.pack(MAGIC, VERSION, FLAG_BASE if base else 0, shard, shards, seq, created_us)
+    return head + _HEAD_SUM.pack(xxhash.xxh32_intdigest(head))
+
+
+def checksum(body: Buffer, length: int) -> int:
+    return xxhash.xxh3_64_intdigest(body, seed=length) & 0xFFFFFFFF
+
+
+def length_check(length: int) -> int:
+    return xxhash.xxh32_intdigest(length.to_bytes(4, "little"), seed=0x51534C47)
+
+
+def encode_record(record: Sequence[Any]) -> bytes:
+    """One frame: length, checksum, msgpack body (bytes stay bytes, str stays str)."""
+    body = _packer.pack(record)
+    length = len(body)
+    if length > MAX_RECORD:
+        raise ValueError(f"record of {length} bytes exceeds the log's limit of {MAX_RECORD}")
+    return FRAME.pack(length, length_check(length), checksum(body, length)) + body
+
+
+def decode_body(body: Buffer) -> Any:
+    """Records come back as tuples (msgpack arrays, nested ones too)."""
+    return msgpack.unpackb(body, raw=False, use_list=False, strict_map_key=False)
+
+
+def read_header(buf: Buffer) -> Tuple[Optional[Header], Optional[Stop]]:
+    """The header at the start of ``buf``, or why there is none."""
+    size = len(buf)
+    head = bytes(buf[:HEADER_SIZE])
+    if size < len(MAGIC):
+        if MAGIC.startswith(head):
+            return None, Stop(TORN, 0, f"file of {size} bytes is shorter than its header")
+        return None, Stop(NOT_A_LOG, 0, "not a queueserver log (no magic bytes)")
+    if head[:len(MAGIC)] != MAGIC:
+        return None, Stop(NOT_A_LOG, 0, "not a queueserver log (no magic bytes)")
+    if size < _VERSION_END:
+        return None, Stop(TORN, 0, f"file of {size} bytes is shorter than its header")
+    version = int.from_bytes(head[8:10], "little")
+    if version != VERSION:
+        return None, Stop(VERSION_UNKNOWN, 0,
+                          f"log format version {version}, but this build reads version {VERSION} only")
+    if size < HEADER_SIZE:
+        return None, Stop(TORN, 0, f"file of {size} bytes is shorter than its header")
+    (expected,) = _HEAD_SUM.unpack_from(head, _HEAD.size)
+    if xxhash.xxh32_intdigest(head[:_HEAD.size]) != expected:
+        return None, Stop(NOT_A_LOG, 0, "damaged header (checksum mismatch)")
+    _, version, flags, shard, shards, seq, created = _HEAD.unpack_from(head)
+    return Header(version, bool(flags & FLAG_BASE), shard, shards, seq, created), None
+
+
+def check_owner(header: Header, shard: int, shards: int) -> Optional[Stop]:
+    """A file of another shard, or of a server with another shard count, is refused:
+    jobs are placed by hashing over the shard count, so mixing would misplace them."""
+    if header.shard == shard and header.shards == shards:
+        return None
+    return Stop(OTHER_SHARD, 0, f"belongs to shard {header.shard} of {header.shards}, "
+                                f"but this is shard {shard} of {shards}")
+
+
+def frame_at(buf: memoryview, pos: int) -> Tuple[int, Any, str, int]:
+    """Decode the frame at ``pos``: ``(end, record, "", end)`` or, when it is
+    not valid, ``(-1, None, why, where it ends: -1 if its length is damaged)``."""
+    size = len(buf)
+    if size - pos < FRAME_SIZE:
+        return -1, None, f"incomplete record frame ({size - pos} of {FRAME_SIZE} bytes)", -1
+    length, check, expected = FRAME.unpack_from(buf, pos)
+    if check != length_check(length):
+        return -1, None, "damaged record length", -1
+    if length == 0 or length > MAX_RECORD:
+        return -1, None, f"impossible record length {length}", -1
+    end = pos + FRAME_SIZE + length
+    if end > size:
+        return -1, None, f"incomplete record ({size - pos} of {FRAME_SIZE + length} bytes)", end
+    body = buf[pos + FRAME_SIZE:end]
+    try:
+        if checksum(body, length) != expected:
+            return -1, None, "checksum mismatch", end
+        try:
+            record = decode_body(body)
+        except Exception as err:  # msgpack raises several kinds for bad input
+            return -1, None, f"undecodable record ({type(err).__name__})", end
+    finally:
+        body.release()
+    return end, record, "", end
+
+
+def next_valid(buf: memoryview, start: int) -> Optional[int]:
+    """The first offset from ``start`` on where a valid record starts, if any.
+
+    This tells a torn tail (nothing valid after the damage: the last write
+    was cut short) from corruption (valid records follow, so acknowledged
+    data would be lost by cutting there).
+    """
+    size = len(buf)
+    unpack = FRAME.unpack_from
+    for p in range(start, size - FRAME_SIZE):
+        length, check, _ = unpack(buf, p)
+        if 0 < length <= size - p - FRAME_SIZE and check == length_check(length) \
+                and frame_at(buf, p)[0] > 0:
+            return p
+    return None
+
+
+class Scan:
+    """The records of one segment's bytes, then :attr:`stop` says why it ended.
+
+    Iterating yields ``(offset, record)``; :attr:`header` is known once the
+    first record (or the stop) comes. ``end`` is the offset just past the
+    last valid record: where a torn tail would be cut.
+    """
+
+    def __init__(self, buf: Buffer, shard: int, shards: int) -> None:
+        self._buf = buf
+        self.shard = shard
+        self.shards = shards
+        self.header: Optional[Header] = None
+        self.stop: Optional[Stop] = None
+        self.end = 0
+        self.records = 0
+
+    def __iter__(self) -> Iterator[Tuple[int, Any]]:
+        buf = memoryview(self._buf)
+        try:
+            self.header, self.stop = read_header(buf)
+            if self.header is not None:
+                self.stop = check_owner(self.header, self.shard, self.shards)
+            if self.stop is not None:
+                return
+            pos = self.end = HEADER_SIZE
+            size = len(buf)
+            while pos < size:
+                end, record, why, span = frame_at(buf, pos)
+                if end < 0:
+                    if span > size:     # a verified length past the end: a cut write
+                        resume = None
+                    else:               # after the bad record, or anywhere if its length is bad
+                        resume = next_valid(buf, span if span > 0 else pos + 1)
+                    kind = TORN if resume is None else CORRUPT
+                    self.stop = Stop(kind, pos, why, resume)
+                    return
+                self.records += 1
+                yield pos, record
+                pos = self.end = end
+            self.stop = Stop(END, pos, "end of file")
+        finally:
+            buf.release()
