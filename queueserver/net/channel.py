@@ -87,7 +87,8 @@ class BatchWriter:
             return
         self.chunks.append(data)
         self.queued += len(data)
-        self._list()
+        if not self._listed:
+            self._list()
 
     def _list(self) -> None:
         global _scheduled
@@ -120,9 +121,10 @@ class BatchWriter:
         self._listed = False
         if self.closed or self._greenlet is not None:
             return  # dead, or a greenlet is already waiting to send the rest
-        if self.chunks:
-            chunks, self.chunks = self.chunks, []
+        chunks = self.chunks
+        if chunks:
             data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            chunks.clear()
             try:
                 sent = self._raw.send(data)
             except BlockingIOError:
@@ -132,10 +134,13 @@ class BatchWriter:
                 return
             self.queued -= sent
             if sent < len(data):
-                self.chunks.insert(0, data[sent:])
+                chunks.insert(0, data[sent:])
                 self._greenlet = gevent.spawn(self._drain)
                 return
-        self._emptied()
+        if self._closing:
+            self._shut()
+        elif self._on_drained is not None:
+            self._on_drained()
 
     def _emptied(self) -> None:
         if self._closing:
