@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: run test venv dev clean loadtest bench
+.PHONY: run test venv dev clean loadtest bench crash-test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,9 @@ venv: $(BIN)/python
 dev: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'
 
+# Jobs are kept in ./data (a log per shard); ARGS="--in-memory" keeps them in memory only.
 run: venv
-	$(BIN)/queueserver serve $(ARGS)
+	$(BIN)/queueserver serve --data-dir ./data $(ARGS)
 
 # Tests that drive real servers run twice: with the direct path (the
 # default) and with every request forwarded through the router.
@@ -30,6 +31,11 @@ SERVER_TESTS := tests/test_workq_server.py tests/test_text_protocols_server.py \
 test: dev
 	$(BIN)/python -m pytest $(ARGS)
 	QS_DIRECT_PATH=0 $(BIN)/python -m pytest $(SERVER_TESTS) $(ARGS)
+
+# The long form of the kill -9 test: many SIGKILL cycles of shards and the
+# router under load, then the history check (QS_CRASH_CYCLES, QS_CRASH_SEED).
+crash-test: dev
+	QS_CRASH_CYCLES=$${QS_CRASH_CYCLES:-40} $(BIN)/python -m pytest -s --timeout 1800 tests/test_durability_crash.py $(ARGS)
 
 # A bounded headless locust run against a server it starts on loopback.
 loadtest: dev

@@ -100,6 +100,7 @@ def build_config(args: argparse.Namespace) -> Config:
         value = getattr(args, key)
         if value is not None:
             setattr(config, key, setting.check(setting.flag, value))
+            config.explicit.add(key)
     for name, listener in config.listeners.items():
         port = getattr(args, f"{name}_port", None)
         if port is not None:

@@ -37,6 +37,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from .protocols import DEFAULT_PORTS
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+FSYNC_POLICIES = ("always", "interval", "never")
 
 
 class ConfigError(ValueError):
@@ -81,9 +82,11 @@ KINDS: Dict[str, Tuple[Callable[[Any], bool], str]] = {
     "port": (lambda v: _is_int(v) and 0 <= v <= 65535, "a port number from 0 to 65535 (0 picks a free port)"),
     "address": (_is_address, "an IP address such as 127.0.0.1, 0.0.0.0 or :: (or localhost)"),
     "level": (lambda v: isinstance(v, str) and v.lower() in LOG_LEVELS, f"one of {', '.join(LOG_LEVELS)}"),
+    "fsync": (lambda v: isinstance(v, str) and v.lower() in FSYNC_POLICIES,
+              f"one of {', '.join(FSYNC_POLICIES)}"),
 }
 #: kind -> how a fitting value is stored
-CONVERT: Dict[str, Callable[[Any], Any]] = {"float": float, "level": str.lower}
+CONVERT: Dict[str, Callable[[Any], Any]] = {"float": float, "level": str.lower, "fsync": str.lower}
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,17 @@ SERVER: Dict[str, Setting] = {
                            help="hand a connection whose requests go to one shard to that shard, "
                                 "which serves it with no hop (default on; --no-direct-path forwards "
                                 "every request through the router)"),
+    "data_dir": Setting("path", flag="--data-dir", metavar="DIR",
+                        help="keep each shard's append-only log under DIR, so acknowledged jobs "
+                             "survive a crash or restart (default: none, jobs live in memory only)"),
+    "in_memory": Setting("bool", flag="--in-memory",
+                         help="keep jobs in memory only, even when a data directory is configured"),
+    "fsync": Setting("fsync", flag="--fsync", metavar="POLICY",
+                     help="always: a change is answered once it is on disk (group commit); "
+                          "interval: flushed every --fsync-interval; never: the OS decides "
+                          "(default always)"),
+    "fsync_interval": Setting("float", 1, "ms", flag="--fsync-interval", metavar="MS",
+                              help="how often the interval policy flushes (default 1000)"),
     "queue_idle_timeout": Setting("float", 0, "seconds", "0 never removes idle queues",
                                   flag="--queue-idle-timeout", metavar="SECONDS",
                                   help="an empty queue nobody waits on is removed after SECONDS "
@@ -221,6 +235,12 @@ class Config:
     max_queues: int = 100000
     queue_idle_timeout: float = 300.0
     direct_path: bool = True
+    data_dir: Optional[str] = None
+    in_memory: bool = False
+    fsync: str = "always"
+    fsync_interval: float = 1000.0
+    #: server-wide keys set by the file or a flag, not left at their default
+    explicit: set = field(default_factory=set, compare=False, repr=False)
     listeners: Dict[str, Listener] = field(
         default_factory=lambda: {name: Listener(port=port) for name, port in DEFAULT_PORTS.items()})
 
@@ -262,8 +282,10 @@ class Config:
                                   f"server.{key}")
             if key in server:
                 setattr(self, key, setting.check(f"server.{key}", server[key]))
+                self.explicit.add(key)
             elif key in data:
                 setattr(self, key, setting.check(key, data[key]))
+                self.explicit.add(key)
         for name, listener in self.listeners.items():
             if name in data:
                 listener.update(name, _table(name, data[name]))
@@ -272,6 +294,11 @@ class Config:
         """Codec options of every enabled protocol, ``max_payload`` included."""
         return {name: {**listener.options, "max_payload": self.max_payload}
                 for name, listener in self.listeners.items() if listener.enabled}
+
+    @property
+    def durable(self) -> bool:
+        """Whether shards keep logs (a data directory, and not ``in_memory``)."""
+        return self.data_dir is not None and not self.in_memory
 
     def shard_max_queues(self) -> int:
         """Each shard's part of ``max_queues`` (rounded up, so the shards together hold at least it)."""

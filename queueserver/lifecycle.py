@@ -9,6 +9,10 @@ import sys
 import gevent
 from gevent.event import Event
 
+#: A child's exit status saying "do not restart me": it cannot start, and
+#: has logged one line saying why (e.g. a damaged log).
+EXIT_REFUSED = 3
+
 
 def setup_logging(level: str, name: str) -> None:
     logging.basicConfig(level=level.upper(), stream=sys.stderr,

@@ -27,6 +27,8 @@ import time
 from typing import Dict, List, Optional
 
 from .config import Config
+from .datadir import DataDir, LayoutError
+from .lifecycle import EXIT_REFUSED
 
 log = logging.getLogger("queueserver.supervisor")
 
@@ -173,7 +175,9 @@ class Supervisor:
         self.children: List[Child] = []
         self._stopping = False
         self.runtime = RuntimeDir(config.runtime_dir)
+        self.data: Optional[DataDir] = DataDir(config.data_dir) if config.durable else None
         self.listeners: Dict[str, socket.socket] = {}
+        self._failure: Optional[StartupError] = None   # a child that must not be restarted
 
     @property
     def runtime_dir(self) -> str:
@@ -188,7 +192,9 @@ class Supervisor:
                                          "--socket", path, "--max-queues", str(config.shard_max_queues()),
                                          "--queue-idle-timeout", repr(config.queue_idle_timeout),
                                          "--shards", str(config.shards), "--log-level", level]
-                          + (["--direct-path"] if config.direct_path else []))
+                          + (["--direct-path"] if config.direct_path else [])
+                          + (["--data-dir", self.data.shard_dir(i), "--fsync", config.fsync,
+                              "--fsync-interval", repr(config.fsync_interval)] if self.data else []))
                     for i, path in enumerate(sockets)]
         fds = {name: sock.fileno() for name, sock in self.listeners.items()}
         for i in range(config.routers):
@@ -242,6 +248,13 @@ class Supervisor:
         signal.signal(signal.SIGINT, self._on_signal)
         self.runtime.acquire()
         try:
+            if self.data is not None:
+                try:
+                    self.config.shards = self.data.acquire(self.config.shards,
+                                                           "shards" in self.config.explicit)
+                except (LayoutError, OSError) as err:
+                    raise StartupError(str(err)) from None
+                log.info("data directory %s, fsync %s", self.data.path, self.config.fsync)
             self._bind()
             log.info("runtime directory %s, %d shards", self.runtime_dir, self.config.shards)
             for name, sock in self.listeners.items():
@@ -250,6 +263,7 @@ class Supervisor:
             for child in self.children:
                 child.start()
             ready = [self.runtime.file(f"router-{i}.ready") for i in range(self.config.routers)]
+            ready += [self.runtime.file(f"shard-{i}.sock.ready") for i in range(self.config.shards)]
             published = False
             while not self._stopping:
                 self._watch()
@@ -262,6 +276,10 @@ class Supervisor:
             for sock in self.listeners.values():
                 sock.close()
             self.runtime.release()
+            if self.data is not None:
+                self.data.release()
+        if self._failure is not None:
+            raise self._failure
         log.info("stopped")
         return 0
 
@@ -275,6 +293,13 @@ class Supervisor:
         for child in self.children:
             process = child.process
             if process is not None and process.poll() is not None:
+                if process.returncode == EXIT_REFUSED:
+                    # It said why in its log; restarting cannot help.
+                    self._failure = StartupError(f"{child.name} refused to start (its reason is the "
+                                                 f"line above); stopping the server")
+                    self._stopping = True
+                    child.process = None
+                    continue
                 log.warning("%s exited with status %s; restarting", child.name, process.returncode)
                 child.process = None
                 if now - child.started_at > 10:

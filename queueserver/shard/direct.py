@@ -99,7 +99,7 @@ class DirectServer:
             return token
         if self._hung_up and connection.id in self._hung_up:
             self.abandoned(command, reply)
-        callback(reply)
+        self.shard.answer(callback, reply)
         return None
 
     def deliver(self, token: Any, reply: Reply) -> None:

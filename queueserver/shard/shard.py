@@ -18,8 +18,10 @@ import argparse
 import itertools
 import logging
 import os
+import sys
 import time
-from typing import Dict, Optional
+from functools import partial
+from typing import Callable, Dict, Optional
 
 import gevent
 from gevent import socket
@@ -28,6 +30,9 @@ from gevent.event import Event
 from ..engine import Engine
 from ..engine.effects import Effects
 from ..engine.status import SERVER_ERROR, Reply
+from ..lifecycle import EXIT_REFUSED
+from ..store import StoreError
+from .durability import Durability
 from ..net.channel import FrameChannel
 from ..net.handoff import HandoffChannel, handoff_path, listen_seqpacket
 from .direct import DirectServer
@@ -44,7 +49,9 @@ def now_us() -> int:
 
 class Shard:
     def __init__(self, index: int, path: str, max_queues: Optional[int] = None,
-                 queue_idle: float = 0.0, shards: int = 1, direct_path: bool = False) -> None:
+                 queue_idle: float = 0.0, shards: int = 1, direct_path: bool = False,
+                 data_dir: Optional[str] = None, fsync: str = "always",
+                 fsync_interval: float = 1000.0) -> None:
         self.index = index
         self.path = path
         self.shards = shards
@@ -60,6 +67,10 @@ class Shard:
         self._forgotten: list = []      # ids of jobs that left
         #: whether routers must hear of the jobs made here (several routers, or the direct path)
         self._tell_placed = direct_path
+        #: the shard's log, when it is durable (None: jobs live in memory only)
+        self.durability: Optional[Durability] = None
+        if data_dir is not None:
+            self.durability = Durability(data_dir, index, shards, fsync, fsync_interval)
         self.direct = DirectServer(self)
         self._ids = itertools.count(1)
         self._rearm = Event()
@@ -78,13 +89,35 @@ class Shard:
         return fx.reply
 
     def _take(self, fx: Effects) -> None:
-        """Keep what a step caused, to be carried out at the end of the batch."""
+        """Keep what a step caused, to be carried out at the end of the batch
+        (a durable shard's log gets its events at once)."""
+        if self.durability is not None:
+            self.durability.record(fx)
         if fx.later:
             self._later += fx.later
         if fx.placed and self._tell_placed:
             self._placed += fx.placed
         if fx.forgotten:
             self._forgotten += fx.forgotten
+
+    def answer(self, send: Callable[[Reply], None], reply: Reply) -> None:
+        """``send(reply)``; on a durable shard, once the log holds every
+        change made before it."""
+        if self.durability is None:
+            send(reply)
+        else:
+            self.durability.answer(send, reply)
+
+    def recover(self) -> None:
+        """A durable shard, before serving: rebuild the engine from its log.
+        Nobody holds a lease any more, so leased jobs are ready again."""
+        started = time.monotonic()
+        records, _ = self.durability.recover(self.engine)
+        self._take(self.engine.recovered(now_us()))
+        self.durability.commit()
+        log.info("shard %d recovered %d jobs in %d queues from %d log records in %.2f s",
+                 self.index, len(self.engine.jobs), len(self.engine.queues), records,
+                 time.monotonic() - started)
 
     # ---------------------------------------------------------------- serving
     def serve(self) -> None:
@@ -101,6 +134,8 @@ class Shard:
         os.chmod(self.path, 0o600)
         listener.listen(64)
         log.info("shard %d listening on %s (pid %d)", self.index, self.path, os.getpid())
+        with open(self.path + ".ready", "w"):
+            pass   # the supervisor publishes the ports once every shard is ready
         gevent.spawn(self._timer_loop)
         while True:
             sock, _ = listener.accept()
@@ -128,6 +163,7 @@ class Shard:
         self._tell_placed = len(self.channels) > 1 or self.direct_path
         self._hello(channel)
         execute = self.execute
+        durability = self.durability
 
         def handle(frame: list) -> None:
             req_id, op, args = frame
@@ -149,7 +185,10 @@ class Shard:
             if reply is not None:
                 if op == "inspect_server" and reply[0] == 0:
                     reply[1]["router-clients"] = list(self.router_clients.values())
-                channel.send([req_id, reply])
+                if durability is None:
+                    channel.send([req_id, reply])
+                else:
+                    durability.answer(partial(_send_reply, channel, req_id), reply)
 
         try:
             channel.receive(handle, self._after_batch)
@@ -208,16 +247,19 @@ class Shard:
             for token, reply in later:
                 cid = token[0]
                 if cid < 0:
-                    self.direct.deliver(token, reply)
+                    self.answer(partial(self.direct.deliver, token), reply)
                     continue
                 channel = self.channels.get(cid)
                 if channel is not None:
-                    channel.send([token[1], reply])
+                    self.answer(partial(_send_reply, channel, token[1]), reply)
         self.send_placed()
         if self._forgotten:
             forgotten, self._forgotten = self._forgotten, []
             for channel in self.channels.values():
                 channel.send([0, "forgotten", forgotten])
+        if self.durability is not None:
+            self.durability.commit()
+            self.durability.maybe_compact(engine)
         deadline = engine.next_deadline()
         if deadline is not None and (self._armed is None or deadline < self._armed):
             self._rearm.set()
@@ -237,6 +279,10 @@ class Shard:
             self._after_batch()
 
 
+def _send_reply(channel: FrameChannel, req_id: int, reply: Reply) -> None:
+    channel.send([req_id, reply])
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="queueserver-shard")
     parser.add_argument("--index", type=int, required=True)
@@ -248,17 +294,29 @@ def main(argv=None) -> None:
     parser.add_argument("--shards", type=int, default=1, help="how many shards the server runs")
     parser.add_argument("--direct-path", action="store_true",
                         help="take client connections that routers hand over")
+    parser.add_argument("--data-dir", metavar="DIR", help="this shard's log directory (default: none, "
+                                                          "jobs live in memory only)")
+    parser.add_argument("--fsync", choices=("always", "interval", "never"), default="always")
+    parser.add_argument("--fsync-interval", type=float, default=1000.0, metavar="MS")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     setup_logging(args.log_level, f"shard-{args.index}")
     shard = Shard(args.index, args.socket, args.max_queues, args.queue_idle_timeout, args.shards,
-                  args.direct_path)
+                  args.direct_path, args.data_dir, args.fsync, args.fsync_interval)
+    if shard.durability is not None:
+        try:
+            shard.recover()
+        except StoreError as err:
+            log.critical("shard %d cannot start: %s", args.index, err)
+            sys.exit(EXIT_REFUSED)
     stop = stop_event()
     server = gevent.spawn(shard.serve)
     server.link(lambda g: stop.set())
     stop.wait()
     server.kill()
-    for path in (args.socket, handoff_path(args.socket)):
+    if shard.durability is not None:
+        shard.durability.close()
+    for path in (args.socket, handoff_path(args.socket), args.socket + ".ready"):
         if os.path.exists(path):
             os.unlink(path)
     log.info("shard %d exiting", args.index)

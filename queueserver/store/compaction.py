@@ -53,14 +53,15 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def write_snapshot(directory: str, shard: int, shards: int, seq: int, records: Iterable[Any],
-                   created_us: int, run: Runner = _direct,
-                   chunk_records: int = 1000) -> Tuple[str, int, int]:
+                   created_us: int, run: Runner = _direct, chunk_records: int = 1000,
+                   pause: Callable[[], Any] = gevent.sleep) -> Tuple[str, int, int]:
     """Write ``records`` as snapshot ``seq`` under its temporary name, fsynced.
 
     Records are encoded ``chunk_records`` at a time, each chunk written by
-    ``run(func, *args)`` (the writer passes its threadpool), with a yield to
-    the event loop between chunks so the shard keeps serving. Returns the
-    temporary path, its size and the record count; the caller installs it.
+    ``run(func, *args)`` (the writer passes its threadpool), with ``pause()``
+    (a yield to the event loop) between chunks so the shard keeps serving; a
+    forked child that writes alone passes a pause that does nothing. Returns
+    the temporary path, its size and the record count; the caller installs it.
     """
     tmp = os.path.join(directory, segment_name(seq) + TMP_SUFFIX)
     fd = run(os.open, tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -74,7 +75,7 @@ def write_snapshot(directory: str, shard: int, shards: int, seq: int, records: I
                 run(_write_all, fd, bytes(chunk))
                 size += len(chunk)
                 chunk.clear()
-                gevent.sleep(0)
+                pause()
         run(_write_all, fd, bytes(chunk))
         size += len(chunk)
         run(os.fsync, fd)

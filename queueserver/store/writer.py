@@ -250,24 +250,47 @@ class AppendLog:
         them. Records appended from this call on go to a new segment after
         the snapshot and are kept.
         """
+        snap_seq = self.begin_compaction()
+        started = time.perf_counter()
+        try:
+            tmp, size, count = write_snapshot(
+                self.directory, self.shard, self.shards, snap_seq, snapshot_records,
+                time.time_ns() // 1000, run=self._run_raising, chunk_records=chunk_records)
+        except OSError as err:
+            self._compacting = False
+            raise WriteFailed(os.path.join(self.directory, segment_name(snap_seq)), err) from err
+        except BaseException:
+            self._compacting = False
+            raise
+        return self.finish_compaction(snap_seq, tmp, size, count, started)
+
+    def begin_compaction(self) -> int:
+        """Cut the log here for a snapshot: records appended so far stay
+        before it, later ones go to a segment after it. The snapshot's
+        sequence number, for :func:`write_snapshot` (by this process, or by a
+        forked child that sees the state as of this call)."""
         if self._compacting:
             raise StoreError(f"{self.directory}: a compaction is already running")
         if self._closing or self._seg is None:
             raise StoreError(f"{self.directory}: the log is not open")
         self._compacting = True
-        started = time.perf_counter()
         snap_seq, next_seq = self._next_seq, self._next_seq + 1
         self._next_seq += 2
-        # The point: what was appended so far stays before the snapshot,
-        # what comes next goes to segment next_seq, after it.
         self._pending.append(_Rotate(next_seq))
         self._cuts += 1
         self._wake.set()
+        return snap_seq
+
+    def abort_compaction(self) -> None:
+        """The snapshot was not written (its ``.tmp`` is removed at the next
+        recovery); the log goes on as it was."""
+        self._compacting = False
+
+    def finish_compaction(self, snap_seq: int, tmp: str, size: int, count: int,
+                          started: float) -> Dict[str, Any]:
+        """Install a written snapshot and drop the history it replaces."""
         path = os.path.join(self.directory, segment_name(snap_seq))
         try:
-            tmp, size, count = write_snapshot(
-                self.directory, self.shard, self.shards, snap_seq, snapshot_records,
-                time.time_ns() // 1000, run=self._run_raising, chunk_records=chunk_records)
             self._run_raising(install_snapshot, tmp)
             self._base_seq, self._base_bytes = snap_seq, size
             obsolete = sorted(seq for seq in self._files if seq < snap_seq)

@@ -1,0 +1,178 @@
+"""A durable shard's rule: nobody hears of a change before the log holds it.
+
+Every event the engine returns goes to the shard's append-only log
+(:mod:`queueserver.store`) as it happens. An answer (to a client, a router,
+or a parked request) is sent at once when the log holds everything
+appended so far; otherwise it is held, in order, until the commit that
+covers what came before it. One commit per loop turn gathers all that turn
+appended, so many requests share one write and one fsync (group commit).
+
+If a write fails (a full disk, an I/O error), the answers waiting for it
+become errors: nothing is acknowledged that is not on disk. The changes
+stay in the engine and in the log's memory, in order, and are written as
+soon as the disk allows (an error means "not known to be on disk").
+
+Compaction writes the live state as a snapshot from a forked child (the
+way Redis rewrites its AOF): the child sees the state as of the fork, frozen,
+while the shard keeps serving; the fork is the only pause.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from typing import Callable, Deque, Optional, Tuple
+
+import gevent
+import msgpack
+from gevent.socket import wait_read
+
+from ..engine import Engine
+from ..engine.effects import Effects
+from ..engine.status import SERVER_ERROR, Reply
+from ..store import AppendLog, StoreError, recover
+from ..store.compaction import write_snapshot
+
+log = logging.getLogger("queueserver.shard")
+
+
+def _no_pause() -> None:
+    """A forked snapshot writer is alone: it never yields."""
+
+
+class Durability:
+    """The log of one shard, and the answers waiting for it."""
+
+    def __init__(self, directory: str, shard: int, shards: int, fsync: str = "always",
+                 fsync_interval_ms: float = 1000.0) -> None:
+        self.directory = directory
+        self.shard = shard
+        self.shards = shards
+        self.fsync = fsync
+        self.fsync_interval_ms = fsync_interval_ms
+        self.wal: Optional[AppendLog] = None
+        self.appended = 0      # events given to the log
+        self._committed = 0    # events a commit has been asked for
+        self._durable = 0      # events the log has confirmed
+        self._held: Deque[Tuple[int, Callable[[Reply], None], Reply]] = deque()
+        self.worst_pause = 0.0   # seconds: the longest fork of a compaction
+
+    # ------------------------------------------------------------ recovery
+    def recover(self, engine: Engine) -> Tuple[int, float]:
+        """Replay the log into ``engine`` and open it for writing; how many
+        records it held and how long replaying took (StoreError if unusable)."""
+        recovery = recover(self.directory, self.shard, self.shards)
+        engine.replay(recovery)
+        self.wal = AppendLog(recovery, policy=self.fsync,
+                             interval_ms=int(self.fsync_interval_ms)).start()
+        return recovery.records, recovery.seconds
+
+    # ------------------------------------------------------------- writing
+    def record(self, fx: Effects) -> None:
+        events = fx.events
+        if events:
+            append = self.wal.append
+            for event in events:
+                append(event)
+            self.appended += len(events)
+
+    def answer(self, send: Callable[[Reply], None], reply: Reply) -> None:
+        """``send(reply)`` now, or once everything appended before it is durable."""
+        if self.appended > self._durable:
+            self._held.append((self.appended, send, reply))
+        else:
+            send(reply)
+
+    def commit(self) -> None:
+        """At the end of a loop turn: one commit for everything it appended."""
+        if self.appended > self._committed:
+            upto = self._committed = self.appended
+            self.wal.commit(lambda error: self._done(upto, error))
+
+    def _done(self, upto: int, error: Optional[BaseException]) -> None:
+        held = self._held
+        if error is None:
+            if upto > self._durable:
+                self._durable = upto
+            while held and held[0][0] <= upto:
+                _, send, reply = held.popleft()
+                send(reply)
+            return
+        failed = [SERVER_ERROR, f"Log write failed: {getattr(error, 'strerror', None) or error}"]
+        count = 0
+        while held and held[0][0] <= upto:
+            _, send, _reply = held.popleft()
+            send(failed)
+            count += 1
+        # Those changes are no longer waited for: later answers need only later ones.
+        if upto > self._durable:
+            self._durable = upto
+        log.error("shard %d: %s; %d answers became errors (the changes are written once the "
+                  "disk allows)", self.shard, error, count)
+
+    # ---------------------------------------------------------- compaction
+    def maybe_compact(self, engine: Engine) -> None:
+        """When history dominates the log, rewrite it as the live state."""
+        wal = self.wal
+        if wal is None or not wal.needs_compaction():
+            return
+        started = time.perf_counter()
+        seq = wal.begin_compaction()
+        now = time.time_ns() // 1000
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:   # the child: write the frozen state, say where, and go
+            status = 1
+            try:
+                os.close(read)
+                tmp, size, count = write_snapshot(self.directory, self.shard, self.shards, seq,
+                                                  engine.snapshot(), now, pause=_no_pause)
+                os.write(write, msgpack.packb([tmp, size, count]))
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(write)
+        paused = time.perf_counter() - started
+        self.worst_pause = max(self.worst_pause, paused)
+        gevent.spawn(self._finish, wal, pid, read, seq, started, paused)
+
+    def _finish(self, wal: AppendLog, pid: int, read: int, seq: int, started: float,
+                paused: float) -> None:
+        try:
+            wait_read(read)
+            data = b""
+            while True:
+                chunk = os.read(read, 4096)
+                if not chunk:
+                    break
+                data += chunk
+                wait_read(read)
+        finally:
+            os.close(read)
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            gevent.sleep(0.01)
+        if not data:
+            wal.abort_compaction()
+            log.error("shard %d: the snapshot writer failed; the log is unchanged", self.shard)
+            return
+        tmp, size, count = msgpack.unpackb(data)
+        try:
+            stats = wal.finish_compaction(seq, tmp, size, count, started)
+        except StoreError as err:
+            log.error("shard %d: installing the snapshot failed: %s (the log is unchanged)",
+                      self.shard, err)
+            return
+        log.info("shard %d: log compacted to %d live records (%d bytes, %d bytes freed) in %.2f s; "
+                 "the shard paused %.1f ms to fork", self.shard, count, size, stats["freed"],
+                 stats["seconds"], paused * 1000)
+
+    def stats(self) -> dict:
+        info = self.wal.stats() if self.wal is not None else {}
+        info["held-answers"] = len(self._held)
+        info["worst-compaction-pause-ms"] = round(self.worst_pause * 1000, 1)
+        return info
+
+    def close(self) -> None:
+        if self.wal is not None:
+            self.wal.close()

@@ -1,0 +1,108 @@
+"""Durability, proven by kill -9: producers (workq and takeanumber) and
+workq workers run against a durable server while shards and the router are
+killed with SIGKILL at random moments and restarted by the supervisor; the
+history checker (crash_history.py) then finds no acknowledged job lost and
+nothing that was never added.
+
+The short form runs in ``make test``; ``make crash-test`` runs many more
+kill cycles (``QS_CRASH_CYCLES``).
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import random
+import signal
+import time
+
+import pytest
+
+from queueserver.client import Client
+from queueserver.sharding import shard_for
+
+from crash_history import History, Load, drain, random_victim
+from serverproc import ServerProcess, wait_for
+
+CYCLES = int(os.environ.get("QS_CRASH_CYCLES", "4"))
+QUEUES = ["crash-a", "crash-b", "crash-c", "crash-d"]
+
+
+def durable(tmp_path, shards: int = 2, fsync: str = "always") -> ServerProcess:
+    return ServerProcess(shards=shards, protocols=["workq", "takeanumber"],
+                         extra=["--data-dir", str(tmp_path / "data"), "--fsync", fsync])
+
+
+def restarted(proc: ServerProcess, name: str, old_pid: int) -> bool:
+    pid = proc.child_pids().get(name)
+    return pid is not None and pid != old_pid and os.path.exists(
+        os.path.join(proc.runtime_dir, f"{name}.sock.ready")) if name.startswith("shard") else \
+        pid is not None and pid != old_pid
+
+
+def test_no_acknowledged_job_is_lost_when_shards_and_the_router_are_killed(tmp_path):
+    assert {shard_for(q, 2) for q in QUEUES} == {0, 1}, "the queues must live on both shards"
+    rng = random.Random(int(os.environ.get("QS_CRASH_SEED", "7")))
+    history = History()
+    with durable(tmp_path) as proc:
+        load = Load(history, lambda: proc.ports, QUEUES).start()
+        try:
+            for _ in range(CYCLES):
+                time.sleep(rng.uniform(0.3, 1.0))
+                children = proc.child_pids()
+                victim = random_victim(children, rng)
+                os.kill(children[victim], signal.SIGKILL)
+                wait_for(lambda: restarted(proc, victim, children[victim]), 30,
+                         lambda: f"{victim} to be restarted:\n{proc.log_tail()}")
+            time.sleep(0.5)
+        finally:
+            load.stop()
+        # A lease whose answer died with a process may never time out (a
+        # takeanumber job has no TTR): a restart makes every lease ready again.
+        proc.restart()
+        verdict = history.check(drain(proc.ports["workq"], QUEUES))
+    print(verdict.summary(), dict(history.errors))
+    assert verdict.acknowledged > 100, verdict.summary()
+    assert verdict.lost == [], (verdict.summary(), verdict.lost)
+    assert verdict.unexpected == [], verdict.summary()
+    assert verdict.resurrected == [], verdict.summary()
+
+
+def test_jobs_schedules_and_ttls_survive_a_kill_of_the_whole_server(tmp_path):
+    ready_id, scheduled_id, ttl_id, done_id = (
+        "00000000-0000-4000-8000-00000000000%d" % i for i in range(1, 5))
+    with durable(tmp_path) as proc:
+        with Client(port=proc.ports["workq"]) as client:
+            client.add(ready_id, "keep", b"ready", 30_000, 86_400_000)
+            at = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+            client.schedule(scheduled_id, "keep", b"later", 30_000, 86_400_000, at)
+            client.add(ttl_id, "keep", b"mortal", 30_000, 3_600_000)
+            client.add(done_id, "finish", b"done", 30_000, 86_400_000)
+            before = {id: client.inspect_job(id) for id in (ready_id, scheduled_id, ttl_id)}
+            job = client.lease(["keep"], 1000)
+            assert job.id == ready_id
+        with Client(port=proc.ports["workq"]) as client:
+            assert client.lease(["finish"], 1000).id == done_id
+            client.complete(done_id, b"finished")
+        proc.kill()                                   # the supervisor and every child, SIGKILL
+        proc.start()
+        with Client(port=proc.ports["workq"]) as client:
+            after = {id: client.inspect_job(id) for id in (ready_id, scheduled_id, ttl_id)}
+            # The lease died with the server: the job is ready again, its attempt counted.
+            assert after[ready_id].state == 3 and after[ready_id]["attempts"] == 1
+            assert after[scheduled_id]["time"] == before[scheduled_id]["time"]
+            assert client.inspect_scheduled_jobs("keep")[0].id == scheduled_id
+            assert after[ttl_id]["created"] == before[ttl_id]["created"]
+            assert after[ttl_id]["ttl"] == before[ttl_id]["ttl"] == 3_600_000
+            assert client.result(done_id, 0).result == b"finished"
+
+
+def test_a_changed_shard_count_is_refused_with_one_line(tmp_path):
+    proc = durable(tmp_path, shards=2)
+    with proc:
+        pass
+    from serverproc import one_line_error, run_cli
+    result = run_cli("serve", "--data-dir", str(tmp_path / "data"), "--shards", "3",
+                     "--workq-port", "0", "--no-takeanumber", "--no-goqueue", "--no-queued",
+                     "--no-taskflux", "--runtime-dir", str(tmp_path / "rt"))
+    line = one_line_error(result)
+    assert "holds the jobs of 2 shards" in line and "--shards 2" in line
