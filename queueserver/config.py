@@ -156,6 +156,9 @@ SERVER: Dict[str, Setting] = {
                           "(default always)"),
     "fsync_interval": Setting("float", 1, "ms", flag="--fsync-interval", metavar="MS",
                               help="how often the interval policy flushes (default 1000)"),
+    "compact_after_bytes": Setting("int", 4096, "bytes", flag="--compact-after-bytes", metavar="BYTES",
+                                   help="rewrite a shard's log as its live jobs once it is larger than "
+                                        "BYTES and twice its last rewrite (default 67108864)"),
     "queue_idle_timeout": Setting("float", 0, "seconds", "0 never removes idle queues",
                                   flag="--queue-idle-timeout", metavar="SECONDS",
                                   help="an empty queue nobody waits on is removed after SECONDS "
@@ -239,6 +242,7 @@ class Config:
     in_memory: bool = False
     fsync: str = "always"
     fsync_interval: float = 1000.0
+    compact_after_bytes: int = 64 * 1024 * 1024
     #: server-wide keys set by the file or a flag, not left at their default
     explicit: set = field(default_factory=set, compare=False, repr=False)
     listeners: Dict[str, Listener] = field(

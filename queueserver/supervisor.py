@@ -194,7 +194,9 @@ class Supervisor:
                                          "--shards", str(config.shards), "--log-level", level]
                           + (["--direct-path"] if config.direct_path else [])
                           + (["--data-dir", self.data.shard_dir(i), "--fsync", config.fsync,
-                              "--fsync-interval", repr(config.fsync_interval)] if self.data else []))
+                              "--fsync-interval", repr(config.fsync_interval),
+                              "--compact-after-bytes", str(config.compact_after_bytes)]
+                             if self.data else []))
                     for i, path in enumerate(sockets)]
         fds = {name: sock.fileno() for name, sock in self.listeners.items()}
         for i in range(config.routers):

@@ -14,8 +14,8 @@ import os
 import random
 import signal
 import time
+import uuid
 
-import pytest
 
 from queueserver.client import Client
 from queueserver.sharding import shard_for
@@ -106,3 +106,37 @@ def test_a_changed_shard_count_is_refused_with_one_line(tmp_path):
                      "--no-taskflux", "--runtime-dir", str(tmp_path / "rt"))
     line = one_line_error(result)
     assert "holds the jobs of 2 shards" in line and "--shards 2" in line
+
+
+def _disk_bytes(path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*.log"))
+
+
+def test_the_log_stays_proportional_to_live_jobs_and_survives_compaction(tmp_path):
+    """History is rewritten as the live jobs (from a forked child) once the
+    log passes a (tiny, here) size; what is live survives kill -9."""
+    proc = ServerProcess(shards=1, protocols=["workq"],
+                         extra=["--data-dir", str(tmp_path / "data"), "--compact-after-bytes", "65536"])
+    keep = ["00000000-0000-4000-8000-%012d" % i for i in range(5)]
+    with proc:
+        with Client(port=proc.ports["workq"]) as client:
+            for id in keep:
+                client.add(id, "kept", b"k" * 100, 60_000, 86_400_000)
+            for round in range(30):
+                pipe = client.pipeline()
+                ids = [str(uuid.uuid4()) for _ in range(100)]
+                for id in ids:
+                    pipe.add(id, "churn", b"x" * 200, 60_000, 86_400_000)
+                for id in ids:
+                    pipe.delete(id)
+                assert all(answer is None for answer in pipe.execute())
+        wait_for(lambda: "log compacted" in proc.log(), 20, "a compaction")
+        # 3,000 jobs of 200 bytes came and went: about 1 MB of history.
+        wait_for(lambda: _disk_bytes(tmp_path / "data") < 400_000, 20,
+                 lambda: f"the log to shrink ({_disk_bytes(tmp_path / 'data')} bytes)")
+        assert "paused" in proc.log()
+        proc.kill()
+        proc.start()
+        with Client(port=proc.ports["workq"]) as client:
+            assert sorted(info.id for info in client.inspect_jobs("kept")) == keep
+            assert client.inspect_queues().get("churn", {"ready-len": 0})["ready-len"] == 0

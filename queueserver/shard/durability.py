@@ -8,9 +8,11 @@ covers what came before it. One commit per loop turn gathers all that turn
 appended, so many requests share one write and one fsync (group commit).
 
 If a write fails (a full disk, an I/O error), the answers waiting for it
-become errors: nothing is acknowledged that is not on disk. The changes
+become errors: nothing is acknowledged that is not on disk. Those changes
 stay in the engine and in the log's memory, in order, and are written as
-soon as the disk allows (an error means "not known to be on disk").
+soon as the disk allows (for them, an error means "not known to be on
+disk", as a timeout would). From then on, until the log writes again,
+requests that would change state are refused before they change anything.
 
 Compaction writes the live state as a snapshot from a forked child (the
 way Redis rewrites its AOF): the child sees the state as of the fork, frozen,
@@ -36,6 +38,11 @@ from ..store.compaction import write_snapshot
 
 log = logging.getLogger("queueserver.shard")
 
+#: Client requests that change state. Give-backs the server makes itself
+#: (cancel, disown, unlease, restore) are never refused: they undo.
+CHANGES = frozenset(("add", "run", "lease", "take", "complete", "fail", "retry", "delete",
+                     "delete_number", "create_queue"))
+
 
 def _no_pause() -> None:
     """A forked snapshot writer is alone: it never yields."""
@@ -45,12 +52,13 @@ class Durability:
     """The log of one shard, and the answers waiting for it."""
 
     def __init__(self, directory: str, shard: int, shards: int, fsync: str = "always",
-                 fsync_interval_ms: float = 1000.0) -> None:
+                 fsync_interval_ms: float = 1000.0, compact_after_bytes: int = 64 << 20) -> None:
         self.directory = directory
         self.shard = shard
         self.shards = shards
         self.fsync = fsync
         self.fsync_interval_ms = fsync_interval_ms
+        self.compact_after_bytes = compact_after_bytes
         self.wal: Optional[AppendLog] = None
         self.appended = 0      # events given to the log
         self._committed = 0    # events a commit has been asked for
@@ -64,11 +72,19 @@ class Durability:
         records it held and how long replaying took (StoreError if unusable)."""
         recovery = recover(self.directory, self.shard, self.shards)
         engine.replay(recovery)
-        self.wal = AppendLog(recovery, policy=self.fsync,
-                             interval_ms=int(self.fsync_interval_ms)).start()
+        self.wal = AppendLog(recovery, policy=self.fsync, interval_ms=int(self.fsync_interval_ms),
+                             compact_min_bytes=self.compact_after_bytes).start()
         return recovery.records, recovery.seconds
 
     # ------------------------------------------------------------- writing
+    def refusal(self, op: str) -> Optional[Reply]:
+        """While the disk is failing, a request that would change state is
+        refused before it changes anything (it could not be made durable)."""
+        error = self.wal.error
+        if error is None or op not in CHANGES:
+            return None
+        return [SERVER_ERROR, f"Log write failed: {getattr(error, 'strerror', None) or error}"]
+
     def record(self, fx: Effects) -> None:
         events = fx.events
         if events:

@@ -51,7 +51,7 @@ class Shard:
     def __init__(self, index: int, path: str, max_queues: Optional[int] = None,
                  queue_idle: float = 0.0, shards: int = 1, direct_path: bool = False,
                  data_dir: Optional[str] = None, fsync: str = "always",
-                 fsync_interval: float = 1000.0) -> None:
+                 fsync_interval: float = 1000.0, compact_after_bytes: int = 64 << 20) -> None:
         self.index = index
         self.path = path
         self.shards = shards
@@ -70,7 +70,8 @@ class Shard:
         #: the shard's log, when it is durable (None: jobs live in memory only)
         self.durability: Optional[Durability] = None
         if data_dir is not None:
-            self.durability = Durability(data_dir, index, shards, fsync, fsync_interval)
+            self.durability = Durability(data_dir, index, shards, fsync, fsync_interval,
+                                         compact_after_bytes)
         self.direct = DirectServer(self)
         self._ids = itertools.count(1)
         self._rearm = Event()
@@ -84,6 +85,10 @@ class Shard:
     def execute(self, op: str, args, token=None) -> Optional[Reply]:
         """Run one request on the engine and take in its effects; its own
         reply, or None when it waits under ``token``."""
+        if self.durability is not None:
+            refused = self.durability.refusal(op)
+            if refused is not None:
+                return refused
         fx = self.engine.execute(op, args, now_us(), token)
         self._take(fx)
         return fx.reply
@@ -298,11 +303,13 @@ def main(argv=None) -> None:
                                                           "jobs live in memory only)")
     parser.add_argument("--fsync", choices=("always", "interval", "never"), default="always")
     parser.add_argument("--fsync-interval", type=float, default=1000.0, metavar="MS")
+    parser.add_argument("--compact-after-bytes", type=int, default=64 << 20, metavar="BYTES")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     setup_logging(args.log_level, f"shard-{args.index}")
     shard = Shard(args.index, args.socket, args.max_queues, args.queue_idle_timeout, args.shards,
-                  args.direct_path, args.data_dir, args.fsync, args.fsync_interval)
+                  args.direct_path, args.data_dir, args.fsync, args.fsync_interval,
+                  args.compact_after_bytes)
     if shard.durability is not None:
         try:
             shard.recover()
@@ -316,6 +323,12 @@ def main(argv=None) -> None:
     server.kill()
     if shard.durability is not None:
         shard.durability.close()
+        stats = shard.durability.stats()
+        log.info("shard %d log: %d records appended, %d fsyncs, %d records fsynced (at most %d "
+                 "in one), %d write errors, %d compactions, worst compaction pause %.1f ms",
+                 args.index, stats["appended_records"], stats["fsyncs"], stats["fsynced_records"],
+                 stats["max_records_per_fsync"], stats["write_errors"], stats["compactions"],
+                 stats["worst-compaction-pause-ms"])
     for path in (args.socket, handoff_path(args.socket), args.socket + ".ready"):
         if os.path.exists(path):
             os.unlink(path)
