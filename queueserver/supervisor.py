@@ -142,7 +142,7 @@ class RuntimeDir:
     def _remove_run_files(self) -> None:
         """Readiness files, ``ports.json`` and shard sockets: what a run leaves."""
         for name in os.listdir(self.path):
-            if name.startswith("ports.json") or name.endswith(".ready") or (
+            if name.startswith("ports.json") or name.endswith((".ready", ".refused")) or (
                     name.startswith("shard-") and name.endswith(".sock")):
                 try:
                     os.unlink(self.file(name))
@@ -296,9 +296,13 @@ class Supervisor:
             process = child.process
             if process is not None and process.poll() is not None:
                 if process.returncode == EXIT_REFUSED:
-                    # It said why in its log; restarting cannot help.
-                    self._failure = StartupError(f"{child.name} refused to start (its reason is the "
-                                                 f"line above); stopping the server")
+                    # Restarting cannot help; it left its reason beside its socket.
+                    try:
+                        with open(self.runtime.file(f"{child.name}.sock.refused")) as f:
+                            reason = f.read().strip()
+                    except OSError:
+                        reason = "see its log line above"
+                    self._failure = StartupError(f"{child.name} cannot start: {reason}")
                     self._stopping = True
                     child.process = None
                     continue

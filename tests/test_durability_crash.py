@@ -140,3 +140,21 @@ def test_the_log_stays_proportional_to_live_jobs_and_survives_compaction(tmp_pat
         with Client(port=proc.ports["workq"]) as client:
             assert sorted(info.id for info in client.inspect_jobs("kept")) == keep
             assert client.inspect_queues().get("churn", {"ready-len": 0})["ready-len"] == 0
+
+
+def test_a_log_damaged_in_the_middle_stops_the_server_with_one_line(tmp_path):
+    data = tmp_path / "data"
+    with ServerProcess(shards=1, protocols=["workq"], extra=["--data-dir", str(data)]) as proc:
+        with Client(port=proc.ports["workq"]) as client:
+            for i in range(50):
+                client.add(str(uuid.uuid4()), "q", b"p" * 100, 60_000, 86_400_000)
+    segment = max((data / "shard-0").glob("*.log"), key=lambda p: p.stat().st_size)
+    raw = bytearray(segment.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF                     # a bit flip in a record with valid ones after it
+    segment.write_bytes(bytes(raw))
+    from serverproc import one_line_error, run_cli
+    result = run_cli("serve", "--data-dir", str(data), "--workq-port", "0", "--no-takeanumber",
+                     "--no-goqueue", "--no-queued", "--no-taskflux", "--log-level", "critical",
+                     "--runtime-dir", str(tmp_path / "rt"), timeout=60)
+    line = one_line_error(result)
+    assert "shard-0 cannot start" in line and str(segment) in line and "refusing to start" in line

@@ -314,7 +314,9 @@ def main(argv=None) -> None:
         try:
             shard.recover()
         except StoreError as err:
-            log.critical("shard %d cannot start: %s", args.index, err)
+            log.error("shard %d cannot start: %s", args.index, err)
+            with open(args.socket + ".refused", "w") as f:
+                f.write(str(err))   # for the supervisor's one line
             sys.exit(EXIT_REFUSED)
     stop = stop_event()
     server = gevent.spawn(shard.serve)
