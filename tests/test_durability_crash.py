@@ -13,6 +13,8 @@ import datetime
 import os
 import random
 import signal
+import socket
+import struct
 import time
 import uuid
 
@@ -158,3 +160,33 @@ def test_a_log_damaged_in_the_middle_stops_the_server_with_one_line(tmp_path):
                      "--runtime-dir", str(tmp_path / "rt"), timeout=60)
     line = one_line_error(result)
     assert "shard-0 cannot start" in line and str(segment) in line and "refusing to start" in line
+
+
+def _goqueue_add(port: int, queue: bytes) -> int:
+    with socket.create_connection(("127.0.0.1", port), 5) as sock:
+        data = b"x"
+        sock.sendall(b"ADD\0" + queue + b"\0" + struct.pack("<II", 0, 60)
+                     + struct.pack("<I", len(data)) + data)
+        reply = b""
+        while len(reply) < 6 + 8:
+            chunk = sock.recv(64)
+            assert chunk, reply
+            reply += chunk
+    assert reply.startswith(b"ADDED\0"), reply
+    return struct.unpack("<Q", reply[6:14])[0]
+
+
+def test_goqueue_numbers_never_repeat_across_restarts_even_after_the_newest_job_goes(tmp_path):
+    proc = ServerProcess(shards=2, protocols=["workq", "goqueue"],
+                         extra=["--data-dir", str(tmp_path / "data"), "--compact-after-bytes", "4096"])
+    with proc:
+        numbers = [_goqueue_add(proc.ports["goqueue"], b"numbers") for _ in range(150)]
+        with socket.create_connection(("127.0.0.1", proc.ports["goqueue"]), 5) as sock:
+            for number in numbers:       # every job goes; the log keeps the highest number
+                sock.sendall(b"DELETE\0" + struct.pack("<Q", number))
+                assert sock.recv(16) == b"OK\0"
+        wait_for(lambda: "log compacted" in proc.log(), 20, "a compaction (the snapshot keeps the number)")
+        proc.kill()
+        proc.start()
+        again = _goqueue_add(proc.ports["goqueue"], b"numbers")
+        assert again > max(numbers), (again, numbers)
