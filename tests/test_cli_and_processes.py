@@ -95,7 +95,9 @@ def test_deploy_example_config_loads():
     from queueserver.config import Config
     path = os.path.join(os.path.dirname(__file__), "..", "deploy", "queueserver.toml")
     config = Config.load(path)
-    assert config == Config(shards=config.shards, runtime_dir="/run/queueserver", listeners=config.listeners)
+    assert config == Config(shards=config.shards, runtime_dir="/run/queueserver",
+                            data_dir="/var/lib/queueserver", listeners=config.listeners)
+    assert config.durable
     assert config.listeners["workq"].port == 9922
     assert config.listeners["queued"].options == {"allow_dups": False}
     assert config.listeners["takeanumber"].options == {"reservation_timeout": 0}

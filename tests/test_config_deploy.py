@@ -29,11 +29,14 @@ def test_the_unit_user_and_runtime_directory_match_the_config(tmp_path):
     runtime_dir = argv[argv.index("--runtime-dir") + 1]
     assert runtime_dir == f"/run/{service['RuntimeDirectory']}"
     assert service["RuntimeDirectoryMode"] == "0700"
+    # The shards' logs live in the unit's state directory, private to the service.
+    assert service["StateDirectoryMode"] == "0700"
     # The example config names the same directory, and the unit's flags are valid.
     local = tmp_path / "queueserver.toml"
     with open(os.path.join(DEPLOY, "queueserver.toml")) as f:
         example = f.read()
     assert f'runtime_dir = "{runtime_dir}"' in example
+    assert f'data_dir = "/var/lib/{service["StateDirectory"]}"' in example
     local.write_text(example)
     assert argv[0].endswith("/queueserver")
     flags = [arg if arg != "/etc/queueserver/queueserver.toml" else str(local) for arg in argv[1:]]
