@@ -8,12 +8,13 @@ given Python version; what the allocator rounds up and the process keeps
 on top shows only in ``make bench`` (loadtests/bench.py, section 4).
 
 Where a job's bytes go (CPython 3.11, 64-bit; before issue 9 -> now): the
-Job object (20 slots, 192 -> 8 slots, 96), its order tuple and separate int
-fields (order 72, creation and number ~64 -> one 48-byte key), its TTL
-deadline (36 -> 0, derived from schedule and TTL), the ready and TTL lists
-(~34 -> ~17, no stored keys); unchanged: the id string (85), the payload's
-bytes header (33) and the jobs dict entry (~38 at 100,000 jobs). In all
-~560 -> 318.
+Job object (20 slots, 192 -> 6 slots, 80: its state and attempts live in
+the shared flags int), its order tuple and separate int fields (order 72,
+creation and number ~64 -> one 48-byte key), its TTL deadline (36 -> 0,
+derived from schedule and TTL), the ready and TTL lists (~34 -> ~17, no
+stored keys, exact-size sublists); unchanged: the id string (85), the
+payload's bytes header (33) and the jobs dict entry (~38 at 100,000 jobs).
+In all ~560 -> 301.
 """
 from __future__ import annotations
 
@@ -25,10 +26,10 @@ from queueserver.engine.status import OK
 
 JOBS = 100_000
 PAYLOAD = 100
-#: Measured 318 bytes per job beyond the payload (everything the engine keeps
+#: Measured 301 bytes per job beyond the payload (everything the engine keeps
 #: for it, its id string included) with CPython 3.11; the bound leaves ~5%.
-#: Before issue 9 the same measure gave 560.
-BOUND = 335
+#: Before issue 9 the same measure gave 560; with 8-slot jobs, 318.
+BOUND = 316
 
 
 def _bytes_per_job(ttl: int) -> float:

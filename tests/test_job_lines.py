@@ -8,7 +8,8 @@ from bisect import insort_right
 import pytest
 
 from queueserver.engine import timers as T
-from queueserver.engine.job import Job
+from queueserver.engine.job import Job, schedule_key
+from queueserver.engine.jobqueue import ScheduleLine
 from queueserver.engine.timers import JobLine, Timer, Timers
 
 
@@ -72,6 +73,36 @@ def test_an_empty_line():
         line[0]
     with pytest.raises(IndexError):
         line.pop(0)
+
+
+def test_a_line_filled_in_order_has_spare_room_only_at_its_end():
+    """Sublists split off are exact-size copies: a queue's line costs a pointer per job."""
+    import sys
+    line = SmallLine()
+    for n in range(1000):
+        line.add(Item(n, n))
+    *full, last = line._lists
+    assert len(full) > 100
+    assert all(sys.getsizeof(sub) == sys.getsizeof([None] * len(sub)) for sub in full)
+
+
+def test_a_schedule_line_sorts_sleeping_jobs_by_time_then_number():
+    rnd = random.Random(4)
+    jobs = [Job(str(n), n, "q", b"", priority=rnd.randrange(-3, 4), created=0,
+                sched=rnd.randrange(10**6, 10**6 + 50)) for n in range(1, 400)]
+    line = ScheduleLine()
+    for job in rnd.sample(jobs, len(jobs)):
+        line.add(job)
+    expected = sorted(jobs, key=schedule_key)
+    assert list(line) == expected
+    for job in rnd.sample(jobs, 100):
+        line.remove(job)
+        expected.remove(job)
+    while expected:                      # wake-ups take the first
+        first = line[0]
+        assert first is expected.pop(0)
+        line.remove(first)
+    assert not line
 
 
 def _job(n: int, ttl: int, sched: int, priority: int = 0) -> Job:

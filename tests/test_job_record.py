@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from queueserver.engine.job import (COMPLETED, FAILED, LEASED, PENDING, UNLIMITED_ATTEMPTS, Job,
+from queueserver.engine.job import (COMPLETED, FAILED, LEASED, NEW, PENDING, UNLIMITED_ATTEMPTS, Job,
                                     pack_order, schedule_key, unpack_order)
 from queueserver.engine.timers import Timer
 
@@ -82,6 +82,37 @@ def test_jobs_added_alike_share_one_flags_object():
     a = Job("a", 1, "q", b"", ttr=5000, ttl=3_600_000, created=1)
     b = Job("b", 2, "q", b"", ttr=5000, ttl=3_600_000, created=2)
     assert a.flags is b.flags
+
+
+def test_a_job_is_an_80_byte_object():
+    import sys
+    job = Job("a", 1, "q", b"", priority=3, ttr=5000, ttl=3_600_000, created=1)
+    assert sys.getsizeof(job) <= 80       # six slots and the GC header (3.11); eight took 96
+
+
+def test_state_and_attempts_live_in_the_shared_flags_without_touching_the_rest():
+    a = Job("a", 1, "q", b"", ttr=30, ttl=60, max_attempts=7, max_fails=2, created=1, foreground=True)
+    b = Job("b", 2, "q", b"", ttr=30, ttl=60, max_attempts=7, max_fails=2, created=2, foreground=True)
+    assert (a.state, a.attempts) == (NEW, 0)
+    for job in (a, b):
+        job.state = LEASED
+        job.attempts += 1
+    assert a.flags is b.flags and (a.state, a.attempts) == (LEASED, 1)
+    a.attempts = 2**45 - 1
+    a.state = FAILED
+    a.fails = 2
+    assert (a.state, a.attempts, a.fails, a.ttr, a.ttl, a.max_attempts, a.max_fails, a.foreground) == \
+        (FAILED, 2**45 - 1, 2, 30, 60, 7, 2, True)
+    assert a.finished and not a.success and not a.attempts_left
+    a.due = None
+    assert (a.state, a.attempts, a.ttl) == (FAILED, 2**45 - 1, 0)
+    with pytest.raises(ValueError):
+        a.attempts = 2**45
+    with pytest.raises(ValueError):
+        a.attempts = -1
+    with pytest.raises(ValueError):
+        a.state = 5
+    assert (a.state, a.attempts) == (FAILED, 2**45 - 1)
 
 
 def test_ttl_deadline_follows_the_schedule_and_ends_with_none():

@@ -6,15 +6,18 @@ Times are integer microseconds since the Unix epoch; durations given by
 clients (TTR, TTL) are kept in their original milliseconds.
 
 A shard holds up to millions of queued jobs, so a job is kept small
-(tests/test_engine_memory.py guards the figure):
+(tests/test_engine_memory.py guards the figure): six slots, an 80-byte
+object (CPython 3.11, with its GC header), where eight took 96.
 
 * ``key``, one int, is its place in a ready queue and holds its priority,
   schedule time, creation time and number (see :func:`pack_order`); the
   ``order`` tuple other code sees is made from it on demand.
-* ``flags``, one int, holds what rarely differs between jobs: TTR, TTL,
-  max-attempts, max-fails, fails, and whether it is a ``run`` job or was
-  scheduled. Equal flags are one shared int object (:func:`_intern`), so
-  jobs added alike pay nothing for them.
+* ``flags``, one int, holds everything else that is a small number: its
+  state, attempts, TTR, TTL, max-attempts, max-fails, fails, and whether it
+  is a ``run`` job or was scheduled. Equal flags are one shared int object
+  (:func:`_intern`): the jobs waiting in a shard were mostly added alike and
+  are all new with no attempt yet, so they pay nothing for them; a lease or
+  a result swaps the job's flags for another shared one.
 * ``due`` (when the TTL evicts it) is derived from the schedule time and
   the TTL, so it costs no int per job either (see timers.py).
 * ``aux`` is the TTR or wake-up timer while one runs, and the result once
@@ -22,7 +25,7 @@ A shard holds up to millions of queued jobs, so a job is kept small
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from .timers import Timer
 
@@ -55,14 +58,22 @@ _N_MASK = (1 << _N_BITS) - 1
 _C_MASK = (1 << _C_BITS) - 1
 _S_MASK = (1 << _S_BITS) - 1
 
-# ``flags`` layout, least significant first: ttr (ms, read on every lease,
-# so at the bottom), the attempt and fail limits, the fail count, two bits,
-# and ttl (ms) as the top field, so any TTL fits.
+# ``flags`` layout, least significant first: the state and the attempts
+# (set on every lease and result, so at the bottom: changing them touches
+# only a small int before the one big addition), ttr (ms, read on every
+# lease), the attempt and fail limits, the fail count, two bits, and ttl
+# (ms) as the top field, so any TTL fits.
+_STATE_MASK = 0b111
+_ATTEMPTS_SHIFT = 3
+_ATTEMPTS_BITS = 45                                   # 3.5e13 leases of one job
+_ATTEMPTS_MAX = (1 << _ATTEMPTS_BITS) - 1
+_ATTEMPTS_MASK = _ATTEMPTS_MAX << _ATTEMPTS_SHIFT     # in place
+_TTR_SHIFT = _ATTEMPTS_SHIFT + _ATTEMPTS_BITS
 _TTR_BITS = 64
 _TTR_MASK = (1 << _TTR_BITS) - 1
 _FIELD_BITS = 32
 _FIELD_MASK = (1 << _FIELD_BITS) - 1
-_MAX_ATTEMPTS_SHIFT = _TTR_BITS                       # max_attempts + 1
+_MAX_ATTEMPTS_SHIFT = _TTR_SHIFT + _TTR_BITS          # max_attempts + 1
 _MAX_FAILS_SHIFT = _MAX_ATTEMPTS_SHIFT + _FIELD_BITS
 _FAILS_SHIFT = _MAX_FAILS_SHIFT + _FIELD_BITS         # fails <= max(max_fails, 1)
 _FAILS_MASK = (1 << (_FIELD_BITS + 1)) - 1
@@ -70,6 +81,7 @@ _FOREGROUND = 1 << (_FAILS_SHIFT + _FIELD_BITS + 1)
 _SCHEDULED = _FOREGROUND << 1
 _TTL_SHIFT = _FAILS_SHIFT + _FIELD_BITS + 3
 _BELOW_TTL = (1 << _TTL_SHIFT) - 1
+_NOT_FAILS = ~(_FAILS_MASK << _FAILS_SHIFT)
 
 _interned: Dict[int, int] = {}
 
@@ -111,15 +123,9 @@ def schedule_key(job: "Job") -> int:
     return (((key >> _S_SHIFT) & _S_MASK) << _N_BITS) | (key & _N_MASK)
 
 
-def pack_flags(ttr: int, ttl: int, max_attempts: int, max_fails: int, fails: int = 0,
-               foreground: bool = False, scheduled: bool = False) -> int:
-    if not (0 <= ttr <= _TTR_MASK and ttl >= 0 and -1 <= max_attempts < _FIELD_MASK
-            and 0 <= max_fails <= _FIELD_MASK and 0 <= fails <= _FAILS_MASK):
-        raise ValueError(f"job field out of range: ttr={ttr} ttl={ttl} max_attempts={max_attempts} "
-                         f"max_fails={max_fails} fails={fails}")
-    return _intern((ttl << _TTL_SHIFT) | ttr | (fails << _FAILS_SHIFT)
-                   | (max_fails << _MAX_FAILS_SHIFT) | ((max_attempts + 1) << _MAX_ATTEMPTS_SHIFT)
-                   | (_FOREGROUND if foreground else 0) | (_SCHEDULED if scheduled else 0))
+def _fields_out_of_range(**fields: int) -> ValueError:
+    """The error for a flags field that does not fit its bits."""
+    return ValueError("job field out of range: " + " ".join(f"{k}={v}" for k, v in fields.items()))
 
 
 class Job:
@@ -127,7 +133,7 @@ class Job:
 
     kind = "ttl"  # as an entry of the shard's timers, a job stands for its TTL
 
-    __slots__ = ("id", "name", "payload", "key", "state", "attempts", "aux", "flags")
+    __slots__ = ("id", "name", "payload", "key", "aux", "flags")
 
     def __init__(
         self,
@@ -152,20 +158,19 @@ class Job:
         self.name = name
         self.payload = payload
         # Higher priority first, then earlier schedule, creation, arrival
-        # (pack_order and pack_flags, inlined: this is the add path).
+        # (pack_order, inlined: this is the add path).
         s = sched + _S_BIAS
         c = created + _C_BIAS
         if not (0 <= s <= _S_MASK and 0 <= c <= _C_MASK and 0 <= number <= _N_MASK):
             pack_order(priority, sched, created, number)  # raises, saying what
         key = (s << _S_SHIFT) | (c << _C_SHIFT) | number
         self.key = (-priority << _P_SHIFT) + key if priority else key
-        self.state = NEW
-        self.attempts = 0
         self.aux: Any = None                # its timer while one runs; its result once finished
         if not (0 <= ttr <= _TTR_MASK and ttl >= 0 and -1 <= max_attempts < _FIELD_MASK
                 and 0 <= max_fails <= _FIELD_MASK):
-            pack_flags(ttr, ttl, max_attempts, max_fails)  # raises, saying what
-        flags = ((ttl << _TTL_SHIFT) | ttr | (max_fails << _MAX_FAILS_SHIFT)
+            raise _fields_out_of_range(ttr=ttr, ttl=ttl, max_attempts=max_attempts, max_fails=max_fails)
+        # State NEW (0), no attempts, no fails.
+        flags = ((ttl << _TTL_SHIFT) | (ttr << _TTR_SHIFT) | (max_fails << _MAX_FAILS_SHIFT)
                  | ((max_attempts + 1) << _MAX_ATTEMPTS_SHIFT))
         if foreground:
             flags |= _FOREGROUND
@@ -180,7 +185,7 @@ class Job:
         return unpack_order(self.key)
 
     @order.setter
-    def order(self, order) -> None:
+    def order(self, order: Sequence[int]) -> None:
         minus_priority, sched, created, number = order
         self.key = pack_order(-minus_priority, sched, created, number)
 
@@ -200,11 +205,55 @@ class Job:
     def number(self) -> int:
         return self.key & _N_MASK
 
+    # ------------------------------------------------------- state, attempts
+    @property
+    def state(self) -> int:
+        """NEW, PENDING, LEASED, COMPLETED or FAILED."""
+        return self.flags & _STATE_MASK
+
+    @state.setter
+    def state(self, state: int) -> None:
+        if not NEW <= state <= LEASED:
+            raise ValueError(f"no such state: {state}")
+        flags = self.flags
+        flags += state - (flags & _STATE_MASK)  # one operation on the big int
+        self.flags = _interned.get(flags) or _intern(flags)
+
+    @property
+    def attempts(self) -> int:
+        """Leases so far."""
+        return (self.flags & _ATTEMPTS_MASK) >> _ATTEMPTS_SHIFT
+
+    @attempts.setter
+    def attempts(self, attempts: int) -> None:
+        if not 0 <= attempts <= _ATTEMPTS_MAX:
+            raise ValueError(f"attempts out of range: {attempts}")
+        flags = self.flags
+        flags += (attempts << _ATTEMPTS_SHIFT) - (flags & _ATTEMPTS_MASK)
+        self.flags = _interned.get(flags) or _intern(flags)
+
+    @property
+    def attempts_left(self) -> bool:
+        flags = self.flags
+        max_attempts = ((flags >> _MAX_ATTEMPTS_SHIFT) & _FIELD_MASK) - 1
+        if max_attempts < 0:
+            return True
+        return (flags & _ATTEMPTS_MASK) >> _ATTEMPTS_SHIFT < (max_attempts or ATTEMPTS_CAP)
+
+    @property
+    def success(self) -> bool:
+        return self.flags & _STATE_MASK == COMPLETED
+
+    @property
+    def finished(self) -> bool:
+        state = self.flags & _STATE_MASK
+        return state == COMPLETED or state == FAILED
+
     # ------------------------------------------------------------ TTR, TTL
     @property
     def ttr(self) -> int:
         """ms; 0 means the lease never times out."""
-        return self.flags & _TTR_MASK
+        return (self.flags >> _TTR_SHIFT) & _TTR_MASK
 
     @property
     def ttl(self) -> int:
@@ -256,7 +305,7 @@ class Job:
     def result(self, result: Optional[bytes]) -> None:
         self.aux = result
 
-    # -------------------------------------------------------------- flags
+    # ------------------------------------------------------ limits, flags
     @property
     def max_attempts(self) -> int:
         """0: up to ATTEMPTS_CAP; UNLIMITED_ATTEMPTS: no cap."""
@@ -274,7 +323,7 @@ class Job:
     def fails(self, fails: int) -> None:
         if not 0 <= fails <= _FAILS_MASK:
             raise ValueError(f"fails out of range: {fails}")
-        self.flags = _intern((self.flags & ~(_FAILS_MASK << _FAILS_SHIFT)) | (fails << _FAILS_SHIFT))
+        self.flags = _intern((self.flags & _NOT_FAILS) | (fails << _FAILS_SHIFT))
 
     @property
     def foreground(self) -> bool:
@@ -285,22 +334,6 @@ class Job:
     def scheduled(self) -> bool:
         """Added by `schedule`: inspect shows its time."""
         return bool(self.flags & _SCHEDULED)
-
-    # -------------------------------------------------------------- state
-    @property
-    def attempts_left(self) -> bool:
-        max_attempts = ((self.flags >> _MAX_ATTEMPTS_SHIFT) & _FIELD_MASK) - 1
-        if max_attempts < 0:
-            return True
-        return self.attempts < (max_attempts or ATTEMPTS_CAP)
-
-    @property
-    def success(self) -> bool:
-        return self.state == COMPLETED
-
-    @property
-    def finished(self) -> bool:
-        return self.state == COMPLETED or self.state == FAILED
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"<Job {self.id} {self.name} state={self.state} attempts={self.attempts}>"

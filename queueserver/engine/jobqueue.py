@@ -12,12 +12,17 @@ import hashlib
 from collections import Counter
 from typing import Dict, Optional
 
-from sortedcontainers import SortedKeyList
-
 from .job import Job, schedule_key
 from .timers import JobLine
 
-_by_schedule = schedule_key     # (sched, number) as one int
+
+class ScheduleLine(JobLine):
+    """Sleeping jobs by ``(sched, number)``, derived from each job's key
+    when needed: one pointer per scheduled job, no stored key int."""
+
+    __slots__ = ()
+
+    keyof = staticmethod(schedule_key)
 
 
 def digest(payload: bytes) -> bytes:
@@ -31,7 +36,7 @@ class JobQueue:
         self.name = name
         self.jobs = 0  # jobs of this queue in any state: it may go only at 0
         self.ready = JobLine()          # by job.key: priority, schedule, creation, number
-        self.scheduled: SortedKeyList = SortedKeyList(key=_by_schedule)
+        self.scheduled = ScheduleLine()  # by (sched, number)
         # Insertion-ordered set: the first waiter is served first.
         self.waiters: Dict[object, None] = {}
         self._digests: Optional[Counter] = None
@@ -44,11 +49,12 @@ class JobQueue:
 
     def remove(self, job: Job) -> None:
         self.ready.remove(job)
-        self._forget_digest(job)
+        if self._digests is not None:
+            self._forget_digest(job)
 
     def discard(self, job: Job) -> None:
-        if job in self.ready:
-            self.remove(job)
+        if self.ready.discard(job) and self._digests is not None:
+            self._forget_digest(job)
 
     def sleep(self, job: Job) -> None:
         self.scheduled.add(job)
@@ -57,7 +63,8 @@ class JobQueue:
 
     def unsleep(self, job: Job) -> None:
         self.scheduled.remove(job)
-        self._forget_digest(job)
+        if self._digests is not None:
+            self._forget_digest(job)
 
     def wake(self, job: Job) -> None:
         """A scheduled job's time came: it moves to the ready line, still present."""
@@ -65,13 +72,12 @@ class JobQueue:
         self.ready.add(job)
 
     def _forget_digest(self, job: Job) -> None:
-        if self._digests is not None:
-            key = digest(job.payload)
-            left = self._digests[key] - 1
-            if left:
-                self._digests[key] = left
-            else:
-                del self._digests[key]
+        key = digest(job.payload)
+        left = self._digests[key] - 1
+        if left:
+            self._digests[key] = left
+        else:
+            del self._digests[key]
 
     def holds(self, content_digest: bytes) -> bool:
         """Whether a waiting (ready or scheduled) job has this payload digest."""
@@ -79,9 +85,6 @@ class JobQueue:
             self._digests = Counter(digest(j.payload) for j in self.ready)
             self._digests.update(digest(j.payload) for j in self.scheduled)
         return self._digests.get(content_digest, 0) > 0
-
-    def best(self) -> Optional[Job]:
-        return self.ready[0] if self.ready else None
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"<JobQueue {self.name} ready={len(self.ready)} scheduled={len(self.scheduled)}>"

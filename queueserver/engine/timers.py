@@ -12,20 +12,21 @@ order of their ready-queue keys (``job.key``: priority, schedule, creation,
 number) is the order of their deadlines. Each line is a :class:`JobLine`
 sorted by those keys, which exist anyway, and stores no keys of its own;
 only its first job's ``due`` is ever computed. Everything else (timers,
-waiters, and jobs beyond :data:`MAX_LINES` distinct lines) is in one list
-keyed by ``due``. Entries fire earliest first; at equal deadlines the
-general list goes first.
+waiters, and jobs beyond :data:`MAX_LINES` distinct lines) is in one
+:class:`DueLine`, sorted by ``due`` the same way (an entry's ``due`` must
+not change while it is in). Entries fire earliest first; at equal deadlines
+the general list goes first.
 
-:class:`JobLine` also holds each queue's ready jobs (jobqueue.py).
+:class:`JobLine` also holds each queue's ready jobs, and a subclass its
+sleeping ones (jobqueue.py).
 """
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort_right
 from itertools import chain, islice
 from operator import attrgetter
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from sortedcontainers import SortedKeyList
 
 #: Distinct (TTL, priority) pairs that get a line of their own; more are
 #: kept like any timer (costing an int per job) so deadlines stay cheap to find.
@@ -39,16 +40,23 @@ class JobLine:
     """Jobs sorted by their ``key`` (smallest first), keeping no keys.
 
     A ``SortedKeyList`` stores each element's key beside it; here the key is
-    the job's own ``key`` attribute, read again while bisecting (in C), so
-    the line costs one pointer per job. Like ``SortedList`` it is a list of
+    read from the job again (``keyof``: its own ``key`` attribute, in C)
+    while bisecting, so the line costs one pointer per job. Like ``SortedList`` it is a list of
     sublists of at most ``2 * LOAD`` jobs with the largest key of each in
     ``_maxes``. Jobs with equal keys keep their insertion order; a job is
     found by identity among them.
+
+    A queue adds at its end and leases from its front, so both are fast
+    paths, and a sublist is short (``LOAD``) because taking the first job
+    moves all the others of its sublist. A full sublist is split into two
+    exact-size copies: only the last, still growing, has spare room.
     """
 
     __slots__ = ("_lists", "_maxes", "_len")
 
-    LOAD = 1000
+    LOAD = 250
+    #: The attribute a line is sorted by (a C callable, no per-entry key kept).
+    keyof = _by_key
 
     def __init__(self) -> None:
         self._lists: List[List[Any]] = []
@@ -56,37 +64,38 @@ class JobLine:
         self._len = 0
 
     def add(self, job: Any) -> None:
-        key = job.key
+        key = self.keyof(job)
         lists, maxes = self._lists, self._maxes
-        if not maxes:
+        if maxes and key >= maxes[-1]:  # at the end: the usual case for a queue
+            i = len(maxes) - 1
+            sub = lists[i]
+            sub.append(job)
+            maxes[i] = key
+        elif maxes:
+            i = bisect_right(maxes, key)
+            sub = lists[i]
+            insort_right(sub, job, key=self.keyof)
+        else:
             lists.append([job])
             maxes.append(key)
-        else:
-            i = bisect_right(maxes, key)
-            if i == len(maxes):  # at the end: the usual case for a queue
-                i -= 1
-                sub = lists[i]
-                sub.append(job)
-                maxes[i] = key
-            else:
-                sub = lists[i]
-                insort_right(sub, job, key=_by_key)
-            if len(sub) > 2 * self.LOAD:
-                half = len(sub) // 2
-                lists.insert(i + 1, sub[half:])
-                del sub[half:]
-                maxes.insert(i, sub[-1].key)
+            self._len = 1
+            return
         self._len += 1
+        if len(sub) > 2 * self.LOAD:
+            half = len(sub) // 2
+            lists[i:i + 1] = sub[:half], sub[half:]
+            maxes.insert(i, self.keyof(sub[half - 1]))
 
-    def _find(self, job: Any) -> Optional[tuple]:
+    def _find(self, job: Any) -> Optional[Tuple[int, int]]:
         """``(sublist index, index)`` of ``job``, or None."""
-        key = job.key
+        keyof = self.keyof
+        key = keyof(job)
         lists, maxes = self._lists, self._maxes
         i = bisect_left(maxes, key)
         if i == len(maxes):
             return None
         sub = lists[i]
-        j = bisect_left(sub, key, key=_by_key)
+        j = bisect_left(sub, key, key=keyof)
         while True:
             if j == len(sub):
                 i += 1
@@ -96,7 +105,7 @@ class JobLine:
             item = sub[j]
             if item is job:
                 return i, j
-            if item.key != key:
+            if keyof(item) != key:
                 return None
             j += 1
 
@@ -108,21 +117,29 @@ class JobLine:
             del self._lists[i]
             del self._maxes[i]
         elif j == len(sub):
-            self._maxes[i] = sub[-1].key
-
-    def remove(self, job: Any) -> None:
-        at = self._find(job)
-        if at is None:
-            raise ValueError(f"{job!r} not in line")
-        self._delete(*at)
+            self._maxes[i] = self.keyof(sub[-1])
 
     def discard(self, job: Any) -> bool:
         """Remove ``job`` if present; whether it was."""
-        at = self._find(job)
-        if at is None:
-            return False
-        self._delete(*at)
-        return True
+        lists = self._lists
+        if lists:
+            sub = lists[0]
+            if sub[0] is job:   # the first: a lease, or a deadline that fired
+                del sub[0]
+                self._len -= 1
+                if not sub:
+                    del lists[0]
+                    del self._maxes[0]
+                return True
+            at = self._find(job)
+            if at is not None:
+                self._delete(*at)
+                return True
+        return False
+
+    def remove(self, job: Any) -> None:
+        if not self.discard(job):
+            raise ValueError(f"{job!r} not in line")
 
     def pop(self, index: int = 0) -> Any:
         if index != 0:
@@ -162,6 +179,14 @@ class JobLine:
         return self._len > 0
 
 
+class DueLine(JobLine):
+    """Entries sorted by their ``due`` (which must not change while inside)."""
+
+    __slots__ = ()
+
+    keyof = _by_due
+
+
 class Timer:
     """A deadline of a job other than its TTL (TTR, or a scheduled wake-up)."""
 
@@ -177,7 +202,7 @@ class Timers:
     __slots__ = ("_entries", "_lines")
 
     def __init__(self) -> None:
-        self._entries: SortedKeyList = SortedKeyList(key=_by_due)
+        self._entries = DueLine()
         self._lines: Dict[Any, JobLine] = {}
 
     def add(self, entry: Any) -> Any:

@@ -5,15 +5,21 @@ or ``result`` name just a job. The router notes the shard of every job it
 creates, shards report each job that leaves them, and a (re)connecting shard
 lists all it holds, so the directory stays exact.
 
-To cost little per queued job (about 12 bytes at a million jobs, where a
+To cost little per queued job (about 6 bytes at a million jobs, where a
 dict of int to int cost about 90), no Python object is kept per job: an id
 is reduced to its 64-bit xxhash, whose top bits pick one of :data:`BUCKETS`
-buckets. A bucket is one ``bytes`` of 8-byte entries, each the hash's upper
-56 bits followed by the shard, found with ``bytes.find`` (in C) and
-replaced whole on a change. Two live ids that share those 56 bits (or one id
-that really is on two shards) are marked :data:`SHARED`; commands for them
-ask every shard. Job numbers (goqueue's ids) are not kept at all: a delete
-by number asks every shard, and only the owner answers.
+buckets. A bucket is one ``bytes`` of 5-byte entries, each the hash's low
+32 bits followed by the shard, found with ``bytes.find`` (in C) and
+replaced whole on a change (a bucket holds ~60 entries at a million jobs).
+Two live ids that share those 46 bits (or one id that really is on two
+shards) are marked :data:`SHARED`; commands for them ask every shard. Such
+twins are rare: at a million live ids, one id in about 70 million has one.
+A twin costs speed (the id whose entry left with its twin's is unknown, so
+asked of every shard), or, for an id a shard made an instant before the
+directory heard of it, a lookup sent to the twin's shard only.
+
+Job numbers (goqueue's ids) are not kept at all: a delete by number asks
+every shard, and only the owner answers.
 """
 from __future__ import annotations
 
@@ -25,26 +31,24 @@ SHARED = -1
 
 _hash = xxhash.xxh64_intdigest
 
-_BUCKET_BITS = 15
+_BUCKET_BITS = 14
 BUCKETS = 1 << _BUCKET_BITS
 _BUCKET_SHIFT = 64 - _BUCKET_BITS
-_SHARED_CODE = 0xFF     # an entry's last byte: its shard, or this
+_PREFIX_MASK = 0xFFFF_FFFF  # an entry's first 4 bytes: the hash's low 32 bits, below the bucket's
+_ENTRY = 5
+_SHARED_CODE = 0xFF         # an entry's last byte: its shard, or this
 _CODES = [bytes((code,)) for code in range(256)]
 
 
-def id_key(id: str) -> int:
-    return _hash(id.encode())
-
-
 def _find(bucket: bytes, prefix: bytes) -> int:
-    """Offset of the entry starting with ``prefix`` (7 bytes), or -1."""
+    """Offset of the entry starting with ``prefix`` (4 bytes), or -1."""
     i = bucket.find(prefix)
-    return i if i <= 0 or not i & 7 else _aligned(bucket, prefix, i)
+    return i if i <= 0 or not i % _ENTRY else _aligned(bucket, prefix, i)
 
 
 def _aligned(bucket: bytes, prefix: bytes, i: int) -> int:
     """A match at ``i`` spans two entries (rare): the next one that does not."""
-    while i & 7 and i >= 0:
+    while i % _ENTRY and i >= 0:
         i = bucket.find(prefix, i + 1)
     return i
 
@@ -56,7 +60,7 @@ class JobDirectory:
     __slots__ = ("_buckets", "_count")
 
     def __init__(self) -> None:
-        self._buckets: List[bytes] = [b""] * BUCKETS   # 256 KiB while empty
+        self._buckets: List[bytes] = [b""] * BUCKETS   # 128 KiB while empty
         self._count = 0
 
     def shard_of(self, id: str) -> Optional[int]:
@@ -64,12 +68,12 @@ class JobDirectory:
         h = _hash(id.encode())
         bucket = self._buckets[h >> _BUCKET_SHIFT]
         if bucket:
-            prefix = (h >> 8).to_bytes(7, "big")
+            prefix = (h & _PREFIX_MASK).to_bytes(4, "little")
             i = bucket.find(prefix)       # _find, inlined: this is every complete's path
-            if i > 0 and i & 7:
+            if i > 0 and i % _ENTRY:
                 i = _aligned(bucket, prefix, i)
             if i >= 0:
-                code = bucket[i + 7]
+                code = bucket[i + 4]
                 return SHARED if code == _SHARED_CODE else code
         return None
 
@@ -80,16 +84,16 @@ class JobDirectory:
         h = _hash(id.encode())
         b = h >> _BUCKET_SHIFT
         bucket = self._buckets[b]
-        prefix = (h >> 8).to_bytes(7, "big")
+        prefix = (h & _PREFIX_MASK).to_bytes(4, "little")
         i = bucket.find(prefix)           # _find, inlined: this is every add's path
-        if i > 0 and i & 7:
+        if i > 0 and i % _ENTRY:
             i = _aligned(bucket, prefix, i)
         if i < 0:
             self._buckets[b] = b"".join((bucket, prefix, _CODES[shard]))
             self._count += 1
             return True
-        if bucket[i + 7] != shard:   # on two shards: ask every shard
-            self._buckets[b] = b"".join((bucket[:i + 7], _CODES[_SHARED_CODE], bucket[i + 8:]))
+        if bucket[i + 4] != shard:   # on two shards: ask every shard
+            self._buckets[b] = b"".join((bucket[:i + 4], _CODES[_SHARED_CODE], bucket[i + _ENTRY:]))
         return False
 
     def forget(self, id: str, shard: int) -> None:
@@ -97,9 +101,9 @@ class JobDirectory:
         b = h >> _BUCKET_SHIFT
         bucket = self._buckets[b]
         if bucket:
-            i = _find(bucket, (h >> 8).to_bytes(7, "big"))
-            if i >= 0 and bucket[i + 7] == shard:
-                self._buckets[b] = bucket[:i] + bucket[i + 8:]
+            i = _find(bucket, (h & _PREFIX_MASK).to_bytes(4, "little"))
+            if i >= 0 and bucket[i + 4] == shard:
+                self._buckets[b] = bucket[:i] + bucket[i + _ENTRY:]
                 self._count -= 1
 
     def forget_all(self, ids: Iterable[str], shard: int) -> None:
@@ -112,9 +116,9 @@ class JobDirectory:
         buckets = self._buckets
         for b, bucket in enumerate(buckets):
             if bucket:
-                kept = b"".join(bucket[i:i + 8] for i in range(0, len(bucket), 8)
-                                if bucket[i + 7] != shard)
-                self._count -= (len(bucket) - len(kept)) // 8
+                kept = b"".join(bucket[i:i + _ENTRY] for i in range(0, len(bucket), _ENTRY)
+                                if bucket[i + 4] != shard)
+                self._count -= (len(bucket) - len(kept)) // _ENTRY
                 buckets[b] = kept
 
     def learn(self, shard: int, ids: Iterable[str]) -> None:

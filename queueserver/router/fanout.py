@@ -169,7 +169,3 @@ class SpreadLease:
             return
         self._callback = None
         self._cancel_parked()
-
-    @property
-    def done(self) -> bool:
-        return self._callback is None
