@@ -269,25 +269,6 @@ class InputBuffer:
         self.pos += n
         return n
 
-    def line(self, limit: int) -> Optional[bytes]:
-        """The next ``\\n``-terminated line without its ``\\r\\n``/``\\n``.
-
-        ``None`` while incomplete; raises :class:`LineTooLong` past ``limit``
-        bytes, after which :meth:`drop_line` resynchronises.
-        """
-        data, pos = self.data, self.pos
-        end = data.find(b"\n", pos)
-        if end < 0:
-            if len(data) - pos > limit:
-                raise LineTooLong()
-            return None
-        if end - pos > limit:
-            raise LineTooLong()
-        self.pos = end + 1
-        if end > pos and data[end - 1] == 13:  # CR before the LF
-            end -= 1
-        return bytes(data[pos:end])
-
     def drop_line(self) -> bool:
         """Discard through the next ``\\n``; False if it has not arrived yet."""
         end = self.find(b"\n")
@@ -296,8 +277,3 @@ class InputBuffer:
             return False
         self.pos += end + 1
         return True
-
-
-class LineTooLong(Exception):
-    pass
-

@@ -72,10 +72,13 @@ _WORD = re.compile(rb"\A[A-Z]+\Z")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _ADD_FIXED = struct.Struct("<III")   # priority, ttp, data length
+_REQUESTS = frozenset((b"ADD", b"DELETE", b"RESERVE"))
 
 OK_REPLY = b"OK\0"
 TIMEOUT_REPLY = b"TIMEOUT\0"
 STATUS_RESERVED = b"reserved"
+#: RESERVED's head: the word, id, priority, ttp, the status and the data length.
+_RESERVED = struct.Struct(f"<9sQII{len(STATUS_RESERVED) + 1}sI")
 
 
 # ---------------------------------------------------------------- rendering
@@ -107,17 +110,10 @@ def _reserve_failure(reply: Reply) -> bytes:
 def _reserved(value: list) -> bytes:
     """A leased job (a :class:`~queueserver.engine.views.LeaseView`)."""
     view = as_lease(value)
-    payload, number, priority, ttr = view.payload, view.number, view.priority, view.ttr
-    ttp = min(max(ttr // 1000, 0), ordering.U32_MAX)
-    return b"".join((
-        b"RESERVED\0",
-        _U64.pack(number),
-        _U32.pack(ordering.to_goqueue(priority)),
-        _U32.pack(ttp),
-        STATUS_RESERVED, b"\0",
-        _U32.pack(len(payload)),
-        payload,
-    ))
+    payload = view.payload
+    ttp = min(max(view.ttr // 1000, 0), ordering.U32_MAX)
+    return _RESERVED.pack(b"RESERVED\0", view.number, ordering.to_goqueue(view.priority), ttp,
+                          STATUS_RESERVED + b"\0", len(payload)) + payload
 
 
 #: ``ADDED\0`` and the new job's number (the value is ``[id, number]``);
@@ -173,17 +169,18 @@ class GoqueueCodec(StreamCodec):
 
         Raises :class:`_TooLong` once ``limit`` bytes have come without a NUL.
         """
-        end = min(len(buf), limit + 1)
-        i = buf.data.find(b"\0", buf.pos + self._scanned, buf.pos + end)
+        data, pos = buf.data, buf.pos
+        left = len(data) - pos
+        end = left if left <= limit else limit + 1
+        i = data.find(b"\0", pos + self._scanned, pos + end)
         if i < 0:
-            if len(buf) > limit:
+            if left > limit:
                 raise _TooLong()
             self._scanned = end
             return None
         self._scanned = 0
-        value = buf.take(i - buf.pos)
-        buf.skip(1)
-        return value
+        buf.pos = i + 1
+        return bytes(data[pos:i])
 
     def _next(self, buf: InputBuffer) -> Optional[Command]:
         if self._word is None:
@@ -194,19 +191,21 @@ class GoqueueCodec(StreamCodec):
                 raise _Fatal(f"Malformed command: no NUL within {MAX_WORD} bytes") from None
             if word is None:
                 return None
-            if not _WORD.match(word):
-                raise _Fatal("Unknown Command " + word.decode("utf-8", "replace"))
-            if word == b"CONNECT":
-                return Command.local(OK_REPLY)
-            if word not in (b"ADD", b"DELETE", b"RESERVE"):
+            if word not in _REQUESTS:
+                if not _WORD.match(word):
+                    raise _Fatal("Unknown Command " + word.decode("utf-8", "replace"))
+                if word == b"CONNECT":
+                    return Command.local(OK_REPLY)
                 return Command.local(error("Unknown Command " + word.decode()))
             self._word = word
         word = self._word
         if word == b"DELETE":
-            if len(buf) < 8:
+            data, pos = buf.data, buf.pos
+            if len(data) - pos < 8:
                 return None
             self._word = None
-            (number,) = _U64.unpack(buf.take(8))
+            (number,) = _U64.unpack_from(data, pos)
+            buf.pos = pos + 8
             return Command("delete_number", (number,), BY_NUMBER, number,
                            partial(render_deleted, id=number))
         if self._name is None:
@@ -229,15 +228,18 @@ class GoqueueCodec(StreamCodec):
         return raw
 
     def _add(self, buf: InputBuffer) -> Optional[Command]:
-        if len(buf) < _ADD_FIXED.size:
+        data, pos = buf.data, buf.pos
+        left = len(data) - pos
+        if left < _ADD_FIXED.size:
             return None
-        priority, ttp, size = _ADD_FIXED.unpack(buf.peek(0, _ADD_FIXED.size))
+        priority, ttp, size = _ADD_FIXED.unpack_from(data, pos)
         if size > self.max_payload:
             raise _Fatal(f"Malformed ADD command: job data longer than {self.max_payload} bytes")
-        if len(buf) < _ADD_FIXED.size + size:
+        if left < _ADD_FIXED.size + size:
             return None
-        buf.skip(_ADD_FIXED.size)
-        payload = buf.take(size)
+        start = pos + _ADD_FIXED.size
+        buf.pos = start + size
+        payload = bytes(data[start:start + size])
         raw = self._done()
         if not raw:
             return Command.local(error("Error adding new job to queue "))
@@ -248,9 +250,11 @@ class GoqueueCodec(StreamCodec):
                        priority=ordering.from_goqueue(priority), ttr=ttp * 1000)
 
     def _reserve(self, buf: InputBuffer) -> Optional[Command]:
-        if len(buf) < 4:
+        data, pos = buf.data, buf.pos
+        if len(data) - pos < 4:
             return None
-        (timeout,) = _U32.unpack(buf.take(4))
+        (timeout,) = _U32.unpack_from(data, pos)
+        buf.pos = pos + 4
         name = valid_queue_name(self._done())
         if name is None:
             return Command.local(error(INVALID_NAME))

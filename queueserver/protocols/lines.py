@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import Optional
 
-from .base import Command, InputBuffer, LineTooLong, StreamCodec
+from .base import Command, InputBuffer, StreamCodec
 
 
 class LineCodec(StreamCodec):
@@ -29,15 +29,18 @@ class LineCodec(StreamCodec):
             if not dropped:
                 return None
             self._resync = False
-        buf.mark = buf.pos
-        try:
-            line = buf.line(self.max_line)
-        except LineTooLong:
+        data, pos = buf.data, buf.pos
+        buf.mark = pos
+        end = data.find(b"\n", pos)
+        if (len(data) if end < 0 else end) - pos > self.max_line:
             self._resync = True
             return self.line_too_long()
-        if line is None:
+        if end < 0:
             return None
-        return self.decode_line(line)
+        buf.pos = end + 1
+        if end > pos and data[end - 1] == 13:  # CR before the LF
+            end -= 1
+        return self.decode_line(bytes(data[pos:end]))
 
     @abstractmethod
     def decode_line(self, line: bytes) -> Optional[Command]:

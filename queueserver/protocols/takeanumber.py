@@ -135,7 +135,9 @@ class TakeANumberCodec(LineCodec):
         head, _, rest = line.partition(b" ")
         if head == b"ADD":
             return self._add(rest)
-        args = [token for token in line.split(b" ") if token]
+        args = line.split(b" ")
+        if b"" in args:   # repeated spaces
+            args = [token for token in args if token]
         command = args[0] if args else b""
         if command == b"LEN" or command == b"RESERVE":
             if len(args) != 2:

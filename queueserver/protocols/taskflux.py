@@ -135,21 +135,25 @@ class _Body:
         self.data = data
         self.pos = 1  # after the command marker
 
-    def _take(self, n: int, field: str) -> bytes:
-        if self.pos + n > len(self.data):
-            raise _Malformed(f"Malformed request: truncated {field}")
-        chunk = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return chunk
-
     def int64(self, field: str) -> int:
-        return _I64.unpack(self._take(8, field))[0]
+        data, pos = self.data, self.pos
+        if pos + 8 > len(data):
+            raise _Malformed(f"Malformed request: truncated {field}")
+        self.pos = pos + 8
+        return _I64.unpack_from(data, pos)[0]
 
     def sized(self, field: str) -> bytes:
-        (n,) = _I32.unpack(self._take(4, field))
+        data, pos = self.data, self.pos
+        if pos + 4 > len(data):
+            raise _Malformed(f"Malformed request: truncated {field}")
+        (n,) = _I32.unpack_from(data, pos)
         if n < 0:
             raise _Malformed(f"Malformed request: negative length {n} of {field}")
-        return self._take(n, field)
+        pos += 4
+        if pos + n > len(data):
+            raise _Malformed(f"Malformed request: truncated {field}")
+        self.pos = pos + n
+        return data[pos:pos + n]
 
     def end(self, command: str) -> None:
         extra = len(self.data) - self.pos
@@ -210,23 +214,26 @@ class TaskFluxCodec(StreamCodec):
         return Command.local(transport_error(message), close=True)
 
     def decode_next(self, buf: InputBuffer) -> Optional[Command]:
-        if not buf:
+        data, pos = buf.data, buf.pos
+        left = len(data) - pos
+        if not left:
             return None
-        buf.mark = buf.pos
-        marker = buf.data[buf.pos]
+        buf.mark = pos
+        marker = data[pos]
         if marker != REQUEST:
             return self._fatal(f"Unknown packet marker 0x{marker:02x}")
-        if len(buf) < _HEAD.size:
+        if left < _HEAD.size:
             return None
-        _, size = _HEAD.unpack(buf.peek(0, _HEAD.size))
+        _, size = _HEAD.unpack_from(data, pos)
         if size < 0:
             return self._fatal(f"Invalid packet length {size}")
         if size > self.max_body:
             return self._fatal(f"Packet length {size} exceeds the limit of {self.max_body} bytes")
-        if len(buf) < _HEAD.size + size:
+        if left < _HEAD.size + size:
             return None
-        buf.skip(_HEAD.size)
-        body = buf.take(size)
+        start = pos + _HEAD.size
+        buf.pos = start + size
+        body = bytes(data[start:start + size])
         try:
             command, name, extra = _parse(body)
         except _Malformed as err:
