@@ -16,7 +16,7 @@ venv: $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 
 dev: $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,spark]'
 
 # Jobs are kept in ./data (a log per shard); ARGS="--in-memory" keeps them in memory only.
 run: venv
