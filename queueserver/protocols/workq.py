@@ -55,12 +55,21 @@ MAX_TTL = 2 ** 64 - 1
 MAX_WAIT = 86400000
 MAX_LIMIT = 100
 
-_UUID = re.compile(rb"\A[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z")
+_UUID_RE = rb"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_UUID = re.compile(rb"\A" + _UUID_RE + rb"\Z")
 _SEED_NAME = re.compile(rb"[a-zA-Z0-9_.-]+")
 #: The seed's charset within the shared rule's 255 bytes (the seed's
 #: charset is printable ASCII, so the shared rule adds only the length).
 _NAME = re.compile(rb"[a-zA-Z0-9_.-]{1,255}")
 _NAMES: Dict[bytes, str] = {}    # names found valid, raw -> decoded
+#: A job's cycle as clients send it, matched in one go: single spaces, a
+#: valid id and name, plain numbers (at most 20 digits), no flags. Any
+#: other line takes the general path, which decodes these the same way.
+_CYCLE = re.compile(
+    rb"(?:add (" + _UUID_RE + rb") ([a-zA-Z0-9_.-]{1,255}) ([0-9]{1,20}) ([0-9]{1,20}) ([0-9]{1,20})"
+    rb"|lease ([a-zA-Z0-9_.-]{1,255}) ([0-9]{1,20})"
+    rb"|complete (" + _UUID_RE + rb") ([0-9]{1,20}))\r?\n")
+_ADD, _LEASE, _COMPLETE = 5, 7, 9     # the last group of each, as ``Match.lastindex``
 _FLAG_LIKE = re.compile(rb"-[A-Za-z]")
 _UINT = re.compile(rb"\A\+?[0-9]+\Z")
 _INT = re.compile(rb"\A[+-]?[0-9]+\Z")
@@ -330,6 +339,12 @@ class WorkqCodec(LineCodec):
     def decode_next(self, buf: InputBuffer) -> Optional[Command]:
         if self._discard or self._pending is not None or self._resync:
             return self._resume(buf)
+        data, pos = buf.data, buf.pos
+        m = _CYCLE.match(data, pos)
+        if m is not None:
+            command = self._cycle(buf, m)
+            if command is not None:
+                return command
         # The common case inline: a whole line of at most max_line bytes and,
         # for a block command with the right argument count, its whole block.
         # Anything else takes the general path from the line's start.
@@ -364,6 +379,39 @@ class WorkqCodec(LineCodec):
                     buf.mark, buf.pos = pos, stop + 2
                     return self._command(name, args[1:], flags, bytes(data[start:stop]))
         return self._resume(buf)
+
+    def _cycle(self, buf: InputBuffer, m: "re.Match[bytes]") -> Optional[Command]:
+        """A request :data:`_CYCLE` matched, checked in the general path's
+        order; ``None`` while its block is not all there (or is too big)."""
+        pos, start = buf.pos, m.end()
+        if start - 1 - pos > self.max_line:
+            return None    # a line limit below what the pattern allows
+        kind = m.lastindex
+        if kind == _LEASE:
+            buf.mark, buf.pos = pos, start
+            timeout = int(m.group(7))
+            if timeout > MAX_WAIT:
+                return _refuse("Invalid wait timeout")
+            names = [_name(m.group(6))]
+            return Command("lease", (names, timeout), BY_NAMES, names, render_lease)
+        size = int(m.group(kind))
+        stop = start + size
+        data = buf.data
+        if size > self.max_payload or data[stop:stop + 2] != b"\r\n":
+            return None
+        buf.mark, buf.pos = pos, stop + 2
+        block = bytes(data[start:stop])
+        if kind == _COMPLETE:
+            id = m.group(8).decode().lower()
+            return Command("complete", (id, block), BY_ID, id, render_ok)
+        raw_id, raw_name, raw_ttr, raw_ttl, _ = m.group(1, 2, 3, 4, 5)
+        ttr, ttl = int(raw_ttr), int(raw_ttl)
+        if not 1 <= ttr <= MAX_TTR:
+            return _refuse("Invalid TTR")
+        if not 1 <= ttl <= MAX_TTL:
+            return _refuse("Invalid TTL")
+        return new_job(_name(raw_name), block, render_ok, id=raw_id.decode().lower(),
+                       priority=0, ttr=ttr, ttl=ttl, max_attempts=0, max_fails=0)
 
     def _resume(self, buf: InputBuffer) -> Optional[Command]:
         """The general path: resynchronising, dropping an oversized block,
