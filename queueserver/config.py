@@ -189,6 +189,11 @@ CODEC_OPTIONS["queued"] = {
 }
 
 
+def _check_bool(name: str, value: Any) -> bool:
+    """A true/false key outside the tables of settings (``history.enabled``)."""
+    return Setting("bool").check(name, value)
+
+
 def unknown_key(dotted: str, valid: List[str]) -> ConfigError:
     """An unknown key, with the closest valid one (or the list) as the fix."""
     prefix, _, key = dotted.rpartition(".")
@@ -243,6 +248,8 @@ class Config:
     fsync: str = "always"
     fsync_interval: float = 1000.0
     compact_after_bytes: int = 64 * 1024 * 1024
+    #: ``[history] enabled``: write the job history when there is a data directory
+    history: bool = True
     #: server-wide keys set by the file or a flag, not left at their default
     explicit: set = field(default_factory=set, compare=False, repr=False)
     listeners: Dict[str, Listener] = field(
@@ -275,8 +282,13 @@ class Config:
         """Apply a parsed TOML document, checking every key."""
         server = _table("server", data.get("server", {}))
         for key in data:
-            if key != "server" and key not in SERVER and key not in self.listeners:
-                raise unknown_key(key, ["server", *SERVER, *self.listeners])
+            if key not in ("server", "history") and key not in SERVER and key not in self.listeners:
+                raise unknown_key(key, ["server", "history", *SERVER, *self.listeners])
+        history = _table("history", data.get("history", {}))
+        for key, value in history.items():
+            if key != "enabled":
+                raise unknown_key(f"history.{key}", ["enabled"])
+            self.history = _check_bool("history.enabled", value)
         for key in server:
             if key not in SERVER:
                 raise unknown_key(f"server.{key}", list(SERVER))
@@ -303,6 +315,11 @@ class Config:
     def durable(self) -> bool:
         """Whether shards keep logs (a data directory, and not ``in_memory``)."""
         return self.data_dir is not None and not self.in_memory
+
+    @property
+    def keeps_history(self) -> bool:
+        """Whether shards write the job history (on with a data directory)."""
+        return self.durable and self.history
 
     def shard_max_queues(self) -> int:
         """Each shard's part of ``max_queues`` (rounded up, so the shards together hold at least it)."""

@@ -106,6 +106,10 @@ class DataDir:
     def shard_dir(self, index: int) -> str:
         return shard_dir(self.path, index)
 
+    def history_dir(self, index: int) -> str:
+        """Where shard ``index`` writes its job history (``queueserver history`` reads it)."""
+        return os.path.join(self.path, "history", f"shard-{index}")
+
     def release(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)

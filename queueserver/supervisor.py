@@ -196,7 +196,9 @@ class Supervisor:
                           + (["--data-dir", self.data.shard_dir(i), "--fsync", config.fsync,
                               "--fsync-interval", repr(config.fsync_interval),
                               "--compact-after-bytes", str(config.compact_after_bytes)]
-                             if self.data else []))
+                             if self.data else [])
+                          + (["--history-dir", self.data.history_dir(i)]
+                             if config.keeps_history else []))
                     for i, path in enumerate(sockets)]
         fds = {name: sock.fileno() for name, sock in self.listeners.items()}
         for i in range(config.routers):
@@ -206,6 +208,7 @@ class Supervisor:
                 "options": config.router_options(),
                 "limits": config.limits(),
                 "direct_path": config.direct_path,
+                "history": config.keeps_history,
                 "index": i,
                 "routers": config.routers,
                 "ready_file": self.runtime.file(f"router-{i}.ready"),

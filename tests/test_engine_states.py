@@ -159,6 +159,7 @@ ROWS = [
     (lambda e: leased(e, max_fails=2), request("retry", "a"), "retry", "READY"),
     (lambda e: scheduled(e, max_fails=2), request("retry", "a"), "retry", "READY"),
     (ready, request("delete", "a"), "delete", "gone"),
+    (ready, request("take", "q"), "take", "gone"),
     (scheduled, request("delete", "a"), "delete", "gone"),
     (leased, request("delete", "a"), "delete", "gone"),
     (completed, request("delete", "a"), "delete", "gone"),

@@ -19,7 +19,7 @@ Event = Tuple[Any, ...]
 class Effects:
     """The outcome of one :meth:`Engine.execute` or :meth:`Engine.advance`."""
 
-    __slots__ = ("reply", "later", "events", "placed", "forgotten")
+    __slots__ = ("reply", "later", "events", "placed", "forgotten", "history")
 
     def __init__(self) -> None:
         #: the request's own answer; None when it now waits (or for a timer run)
@@ -32,6 +32,10 @@ class Effects:
         self.placed: List[str] = []
         #: ids of the jobs that left (deleted, expired, taken)
         self.forgotten: List[str] = []
+        #: with the engine's ``history`` on: ``(event kind, job id, queue, number,
+        #: attempts, priority, payload size, state after, lessee token)`` per
+        #: event, in order (the lessee: the request a lease went to)
+        self.history: Optional[List[Tuple[Any, ...]]] = None
 
     def __repr__(self) -> str:
         return (f"<Effects reply={self.reply!r} later={self.later!r} events={len(self.events)} "

@@ -37,6 +37,7 @@ refused before any event, e.g. ``complete`` of a finished job is
     SCHEDULED  |          |
     any        | retry    | READY at its first place in add order (fails + 1)
     any        | delete   | gone (a ``run`` job also goes once its caller is answered)
+    READY      | take     | gone (dequeued with no acknowledgement: queued, TaskFlux)
     any        | ttl      | gone (its time to live is over)
 
 tests/test_engine_states.py walks this table row by row.
@@ -116,6 +117,10 @@ class Engine:
         self.result_waiters: Dict[str, List[Waiter]] = {}
         #: what the step under way has caused (a fresh one per execute or advance)
         self._fx = Effects()
+        #: whether steps also report each event's job as it is after it (for a
+        #: job history); off, events cost nothing more
+        self.history = False
+        self._lessee: Any = None    # the token of the request the lease under way goes to
         self.evicted = 0
         self.last_number = 0
 
@@ -124,6 +129,8 @@ class Engine:
         """Run request ``op``; its effects, whose ``reply`` is None if it now
         waits under ``token``."""
         fx = self._fx = Effects()
+        if self.history:
+            fx.history = []
         handler = self._requests.get(op)
         if handler is None:
             fx.reply = [CLIENT_ERROR, "Unknown command"]
@@ -147,6 +154,8 @@ class Engine:
         """Fire every timer due at ``now``, and drop queues unused for too
         long; the answers this gives parked requests are in ``later``."""
         fx = self._fx = Effects()
+        if self.history:
+            fx.history = []
         self.now = now
         if self.queue_idle:
             self._drop_unused(now - self.queue_idle)
@@ -213,6 +222,7 @@ class Engine:
             owner = (token[0], owner)
         best = self._best(queues, now)
         if best is not None:
+            self._lessee = token
             self.apply(("lease", best.id, now))
             self._own(best, owner)
             return [OK, lease_view(best, self.shard)]
@@ -307,7 +317,7 @@ class Engine:
         if best is None:
             return [TIMEOUT, ""]
         view = lease_view(best, self.shard)
-        self.apply(("delete", best.id))
+        self.apply(("take", best.id))
         return [OK, view]
 
     def _restore(self, now: int, token: Any, view: list) -> Reply:
@@ -518,6 +528,7 @@ class Engine:
             if job is None:
                 return
             waiter = next(iter(queue.waiters))
+            self._lessee = waiter.token
             self.apply(("lease", job.id, now))
             self._own(job, waiter.owner)
             self._reply(waiter, [OK, lease_view(job, self.shard)])
@@ -541,8 +552,26 @@ class Engine:
         Recording first keeps causal order: events an event causes (an add
         handing its job to a parked lessee) come after it.
         """
-        self._fx.events.append(event)
+        fx = self._fx
+        fx.events.append(event)
+        if fx.history is None:
+            self._events[event[0]](self, *event[1:])
+            return
+        # The entry's place is taken first, so that events this one sets off
+        # (an add handed to a parked lessee) come after it; its values are
+        # read after them (a job that left is read before it goes).
+        history = fx.history
+        at = len(history)
+        history.append(None)
+        job = self.jobs.get(event[1]) if len(event) > 1 else None
         self._events[event[0]](self, *event[1:])
+        if job is None:
+            job = self.jobs.get(event[1]) if len(event) > 1 else None
+        if job is None:
+            del history[at]
+            return
+        history[at] = (event[0], job.id, job.name, job.number, job.attempts, job.priority,
+                       len(job.payload), job.state, self._lessee)
 
     def replay(self, events: Iterable[Event]) -> None:
         """Rebuild state from recorded events: no waiters exist, so nothing
@@ -759,6 +788,7 @@ class Engine:
         T_TTR: _ev_ttr, "exhaust": _ev_exhaust, "complete": _ev_complete, "fail": _ev_fail, "retry": _ev_retry,
         "delete": _ev_delete, T_TTL: _ev_evict, "release": _ev_release,
         "job": _ev_job, "queue": _ev_queue, "counters": _ev_counters,
+        "take": _ev_delete,   # a dequeue with no acknowledgement: the job leaves
     }
 
     def _requeue(self, job: Job, now: int) -> None:

@@ -64,14 +64,23 @@ LOG_INTERVAL = 10.0           # at most one warning per interval about refused c
 _NO_DESCRIPTORS = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM))
 
 
+#: Requests whose client the shards' job history names (the adder, the worker,
+#: whoever finishes a job).
+_HISTORY_OPS = frozenset(("add", "run", "lease", "take", "complete", "fail", "retry", "delete",
+                          "delete_number"))
+
+
 class Router:
     """``routers``/``index``: this is router ``index`` of ``routers`` sharing the
     same listening sockets and shards."""
 
     def __init__(self, socket_paths: List[str], options: Optional[Dict[str, Any]] = None,
                  index: int = 0, routers: int = 1, limits: Optional[Dict[str, int]] = None,
-                 direct_path: bool = False) -> None:
+                 direct_path: bool = False, history: bool = False) -> None:
         self.options = options or {}
+        self.history = history
+        #: the client behind the request being routed, when shards keep a history
+        self._context: List[Any] = [None]
         self.index = index
         self.routers = routers
         self.direct_path = direct_path
@@ -83,7 +92,8 @@ class Router:
                                default=DEFAULT_MAX_PAYLOAD)
         self.directory = JobDirectory()
         handoffs = (self._moved_back, self._gone) if direct_path else None
-        self.links = [ShardLink(i, path, self._shard_event, self._shard_down, self._link_up, handoffs)
+        self.links = [ShardLink(i, path, self._shard_event, self._shard_down, self._link_up, handoffs,
+                                self._context)
                       for i, path in enumerate(socket_paths)]
         self.clients = 0
         self.started = time.time_ns() // 1000
@@ -294,6 +304,16 @@ class Router:
         """Route a client's ``command``; returns what :meth:`withdraw` needs if
         the client leaves. A lease over a protocol whose leases end with the
         connection is owned by it, and the shard told when it closes."""
+        if self.history and command.op in _HISTORY_OPS:
+            self._context[0] = (connection.protocol, f"{self.index}-{connection.origin}")
+            try:
+                return self._execute(connection, command, callback)
+            finally:
+                self._context[0] = None
+        return self._execute(connection, command, callback)
+
+    def _execute(self, connection: ClientConnection, command: Command,
+                 callback: Callable[[Reply], None]) -> Any:
         if command.op == "lease" and connection.codec.leases_end_with_connection \
                 and command.route == BY_NAME:
             pending = self.route(command, callback, connection.id)
@@ -470,7 +490,8 @@ def main(argv=None) -> None:
     config = json.loads(args.config)
     _raise_descriptor_limit()
     router = Router(config["sockets"], config.get("options"), config.get("index", 0),
-                    config.get("routers", 1), config.get("limits"), config.get("direct_path", False))
+                    config.get("routers", 1), config.get("limits"), config.get("direct_path", False),
+                    config.get("history", False))
     with gevent.Timeout(config.get("connect_timeout", 10), False):
         while not all(link.up for link in router.links):
             gevent.sleep(0.02)

@@ -11,7 +11,7 @@ which client connections move to the shard and back (:mod:`..net.handoff`).
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, Optional, Set, Tuple
+from typing import List, Any, Callable, Dict, Optional, Set, Tuple
 
 import gevent
 from gevent import socket
@@ -31,11 +31,15 @@ class ShardLink:
     def __init__(self, index: int, path: str, on_event: Callable[["ShardLink", str, Any], None],
                  on_down: Callable[["ShardLink"], None],
                  on_up: Callable[["ShardLink"], None] = lambda link: None,
-                 handoffs: Optional[Tuple[Callable, Callable]] = None) -> None:
+                 handoffs: Optional[Tuple[Callable, Callable]] = None,
+                 context: Optional[List[Any]] = None) -> None:
         """``handoffs``: ``(on_move(link, fd, move), on_gone(link, gone))`` to
-        serve the shard's handoff socket (the direct path), or None."""
+        serve the shard's handoff socket (the direct path), or None.
+        ``context``: a one-item list the router fills with the client behind
+        the request being routed, sent along (for the shard's job history)."""
         self.index = index
         self.path = path
+        self.context = context if context is not None else [None]
         self.pending: Dict[int, Callback] = {}
         self.channel: Optional[FrameChannel] = None
         self.handoff: Optional[HandoffChannel] = None
@@ -61,7 +65,8 @@ class ShardLink:
         req_id = self._next_id
         self._next_id = req_id + 1
         self.pending[req_id] = callback
-        channel.send([req_id, op, args])
+        context = self.context[0]
+        channel.send([req_id, op, args] if context is None else [req_id, op, args, context])
         return req_id
 
     def notify(self, kind: str, body: Any) -> None:

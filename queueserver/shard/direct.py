@@ -93,7 +93,11 @@ class DirectServer:
             args = (*args, connection.id)
             connection.owned = True
         token = (-connection.id, next(self._requests))
-        reply = self.shard.execute(command.op, args, token)
+        context = None
+        if self.shard.history is not None:
+            home = self._homes.get(connection.id)
+            context = (connection.protocol, f"{home[1] if home else 'd'}-{connection.origin}")
+        reply = self.shard.execute(command.op, args, token, context)
         if reply is None:
             self._callbacks[token] = callback
             return token

@@ -33,6 +33,7 @@ from ..engine.status import SERVER_ERROR, Reply
 from ..lifecycle import EXIT_REFUSED
 from ..store import StoreError
 from .durability import Durability
+from .history import Context, HistoryWriter
 from ..net.channel import FrameChannel
 from ..net.handoff import HandoffChannel, handoff_path, listen_seqpacket
 from .direct import DirectServer
@@ -51,7 +52,8 @@ class Shard:
     def __init__(self, index: int, path: str, max_queues: Optional[int] = None,
                  queue_idle: float = 0.0, shards: int = 1, direct_path: bool = False,
                  data_dir: Optional[str] = None, fsync: str = "always",
-                 fsync_interval: float = 1000.0, compact_after_bytes: int = 64 << 20) -> None:
+                 fsync_interval: float = 1000.0, compact_after_bytes: int = 64 << 20,
+                 history_dir: Optional[str] = None) -> None:
         self.index = index
         self.path = path
         self.shards = shards
@@ -72,6 +74,12 @@ class Shard:
         if data_dir is not None:
             self.durability = Durability(data_dir, index, shards, fsync, fsync_interval,
                                          compact_after_bytes)
+        #: the job history (None: not kept), and who is behind parked requests
+        self.history: Optional[HistoryWriter] = None
+        self._contexts: Dict[object, Context] = {}
+        if history_dir is not None:
+            self.history = HistoryWriter(history_dir, index)
+            self.engine.history = True
         self.direct = DirectServer(self)
         self._ids = itertools.count(1)
         self._rearm = Event()
@@ -82,16 +90,27 @@ class Shard:
     def now() -> int:
         return now_us()
 
-    def execute(self, op: str, args, token=None) -> Optional[Reply]:
+    def execute(self, op: str, args, token=None, context: Context = None) -> Optional[Reply]:
         """Run one request on the engine and take in its effects; its own
-        reply, or None when it waits under ``token``."""
+        reply, or None when it waits under ``token``. ``context``: the
+        client's (protocol, connection), for the history."""
         if self.durability is not None:
             refused = self.durability.refusal(op)
             if refused is not None:
                 return refused
-        fx = self.engine.execute(op, args, now_us(), token)
+        now = now_us()
+        fx = self.engine.execute(op, args, now, token)
         self._take(fx)
+        if fx.history is not None:
+            if fx.reply is None and context is not None:
+                self._contexts[token] = context   # parked: a lease may go to it later
+            if fx.history:
+                self.history.record(fx.history, now, context, self._lessee(token, context))
         return fx.reply
+
+    def _lessee(self, token, context: Context):
+        contexts = self._contexts
+        return lambda lessee: context if lessee == token else contexts.get(lessee)
 
     def _take(self, fx: Effects) -> None:
         """Keep what a step caused, to be carried out at the end of the batch
@@ -171,7 +190,7 @@ class Shard:
         durability = self.durability
 
         def handle(frame: list) -> None:
-            req_id, op, args = frame
+            req_id, op, args = frame[0], frame[1], frame[2]
             if req_id == 0:  # a control frame from the router
                 if op == "cancel":  # withdraw this channel's parked request
                     execute("cancel", ((cid, args),))
@@ -183,7 +202,7 @@ class Shard:
                     self.router_channels[args] = cid
                 return
             try:
-                reply = execute(op, args, (cid, req_id))
+                reply = execute(op, args, (cid, req_id), frame[3] if len(frame) > 3 else None)
             except Exception as err:  # a bug must not take the shard down
                 log.exception("shard %d: %s %r failed", self.index, op, args)
                 reply = [SERVER_ERROR, f"{type(err).__name__}"]
@@ -249,7 +268,10 @@ class Shard:
         engine = self.engine
         while self._later:   # a delivery may execute held requests, which may answer more
             later, self._later = self._later, []
+            contexts = self._contexts
             for token, reply in later:
+                if contexts:
+                    contexts.pop(token, None)
                 cid = token[0]
                 if cid < 0:
                     self.answer(partial(self.direct.deliver, token), reply)
@@ -278,7 +300,11 @@ class Shard:
             self._rearm.wait(timeout)
             self._rearm.clear()
             try:
-                self._take(engine.advance(now_us()))
+                now = now_us()
+                fx = engine.advance(now)
+                self._take(fx)
+                if fx.history:
+                    self.history.record(fx.history, now, None, self._contexts.get)
             except Exception:
                 log.exception("shard %d: timer failed", self.index)
             self._after_batch()
@@ -304,12 +330,14 @@ def main(argv=None) -> None:
     parser.add_argument("--fsync", choices=("always", "interval", "never"), default="always")
     parser.add_argument("--fsync-interval", type=float, default=1000.0, metavar="MS")
     parser.add_argument("--compact-after-bytes", type=int, default=64 << 20, metavar="BYTES")
+    parser.add_argument("--history-dir", metavar="DIR",
+                        help="write the job history (JSON Lines) here (default: none)")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     setup_logging(args.log_level, f"shard-{args.index}")
     shard = Shard(args.index, args.socket, args.max_queues, args.queue_idle_timeout, args.shards,
                   args.direct_path, args.data_dir, args.fsync, args.fsync_interval,
-                  args.compact_after_bytes)
+                  args.compact_after_bytes, args.history_dir)
     if shard.durability is not None:
         try:
             shard.recover()
@@ -323,6 +351,8 @@ def main(argv=None) -> None:
     server.link(lambda g: stop.set())
     stop.wait()
     server.kill()
+    if shard.history is not None:
+        shard.history.close()
     if shard.durability is not None:
         shard.durability.close()
         stats = shard.durability.stats()
