@@ -22,7 +22,7 @@ import os
 import socket as stdsocket
 import sys
 import time
-from typing import Any, Callable, List
+from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -189,6 +189,12 @@ class StreamCodec(ABC):
                 self._closed = True
                 buf.skip(len(buf))
                 return commands
+            if buf.pos == len(buf.data):
+                # All read (one request per read, the common case): the next
+                # byte to come starts a request, or goes on dropping what a
+                # refused one left; no need to ask the codec.
+                buf.mark = buf.pos
+                return commands
 
     @abstractmethod
     def decode_next(self, buf: "InputBuffer") -> Optional[Command]:
