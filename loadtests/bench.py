@@ -9,6 +9,16 @@ with the same load generator (``loadgen.py``); stops every one of them
 server CPU per cycle with a projection to more cores, memory per queued job,
 and the targets beside the measurements. Each workload gets a fresh server.
 
+Then the same workloads once more with durable servers (section 5): ours
+with ``--data-dir`` and ``--fsync always``, beanstalkd with a binlog fsynced
+on every write (``-b DIR -f 0``), Redis with ``--appendonly yes
+--appendfsync always``, every one's data in its own temporary directory
+(``--durable-dir`` picks where; it is removed afterwards). For ours the
+shards' shutdown lines (``shard N log: ... fsyncs ...``) give fsyncs per
+second and records per fsync, and a recovery run queues jobs, stops the
+server and times its start from the log (``shard N recovered ...``).
+``--only-durable`` runs just that section, ``--no-durable`` skips it.
+
 Server CPU is read from ``/proc/<pid>/stat`` (utime + stime) of every server
 process before and after a run, memory from ``/proc/<pid>/status`` VmRSS.
 """
@@ -19,9 +29,12 @@ import datetime
 import json
 import os
 import platform
+import re
 import shlex
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -43,6 +56,20 @@ TARGET_VS_BEANSTALKD = 1.0     # ours (N shards) cycles/s ÷ beanstalkd's
 TARGET_CPU_US = 40.0           # router + shard CPU per cycle
 TARGET_BYTES_PER_JOB = 350.0   # RSS per queued job beyond the payload
 TARGET_P99_US = 2000.0         # per-request p99, full cycle
+TARGET_DURABLE_VS_REDIS = 1.0      # ours --fsync always cycles/s ÷ Redis appendfsync always
+AIM_DURABLE_VS_BEANSTALKD = 5.0    # ours --fsync always cycles/s ÷ beanstalkd -b -f 0
+TARGET_RECOVERY_S = 10.0           # restart with the recovery jobs queued until serving
+
+DURABLE_START_TIMEOUT = 600.0      # a start that recovers a large log may take a while
+DURABLE_LABELS = {"beanstalkd": "beanstalkd -b -f 0", "redis": "redis appendfsync always"}
+#: Each durable shard's line at shutdown (queueserver/shard/shard.py).
+SHARD_LOG_LINE = re.compile(
+    r"shard (\d+) log: (\d+) records appended, (\d+) fsyncs, (\d+) records fsynced "
+    r"\(at most (\d+) in one\), (\d+) write errors, (\d+) compactions, "
+    r"worst compaction pause ([\d.]+) ms")
+#: Each durable shard's line once it has replayed its log at start.
+SHARD_RECOVERED_LINE = re.compile(
+    r"shard (\d+) recovered (\d+) jobs in (\d+) queues from (\d+) log records in ([\d.]+) s")
 
 
 # ---------------------------------------------------------------- /proc
@@ -61,6 +88,57 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
+def filesystem_of(path: str) -> Tuple[str, str, str]:
+    """(type, device, mount point) of the filesystem holding ``path``, from /proc/self/mounts."""
+    path = os.path.realpath(path)
+    best = ("?", "?", "")
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                device, mount, fstype = line.split()[:3]
+                mount = mount.replace("\\040", " ")
+                inside = path == mount or path.startswith(mount.rstrip("/") + "/")
+                if inside and len(mount) >= len(best[2]):
+                    best = (fstype, device, mount)
+    except OSError:
+        pass
+    return best
+
+
+def dir_bytes(path: str) -> int:
+    """Bytes in the files under ``path``."""
+    total = 0
+    for top, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(top, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def fsync_probe(parent: Optional[str], count: int = 200, size: int = 128) -> Dict[str, float]:
+    """Latency percentiles (µs) of ``count`` appends of ``size`` bytes, each
+    followed by fdatasync (as our log does), in a scratch file on the durable
+    servers' filesystem: the floor under every durable acknowledgement there."""
+    scratch = tempfile.mkdtemp(prefix="qs-bench-fsync-", dir=parent)
+    samples: List[int] = []
+    try:
+        fd = os.open(os.path.join(scratch, "probe"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            data = b"x" * size
+            for _ in range(count):
+                started = time.perf_counter_ns()
+                os.write(fd, data)
+                os.fdatasync(fd)
+                samples.append(time.perf_counter_ns() - started)
+        finally:
+            os.close(fd)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return loadgen.percentiles(samples)
+
+
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -74,20 +152,36 @@ def cpu_model() -> str:
 
 # ---------------------------------------------------------------- our server
 class OurServer(peers.ServerUnderTest):
-    """``queueserver serve`` with only the workq listener, on a port the kernel picks."""
+    """``queueserver serve`` with only the workq listener, on a port the kernel picks.
+
+    ``durable``: with ``--data-dir`` (in this server's temporary directory)
+    and ``--fsync always``. A durable server can be stopped and started again
+    on the same data (:meth:`end_run` returns the run's server log, then
+    :meth:`start`); the data directory goes with :meth:`stop`.
+    """
 
     protocol = "workq"
 
-    def __init__(self, shards: int) -> None:
-        super().__init__()
+    def __init__(self, shards: int, durable: bool = False, parent: Optional[str] = None) -> None:
+        super().__init__(parent)
         self.shards = shards
-        self.label = _our_label(shards)
-        self.server = ServerProcess(shards=shards, protocols=["workq"])
+        self.durable = durable
+        self.label = _our_label(shards, durable)
+        self.data_dir = os.path.join(self.tmp, "data") if durable else None
+        if durable:
+            self.server = ServerProcess(shards=shards, protocols=["workq"],
+                                        extra=["--data-dir", str(self.data_dir), "--fsync", "always"],
+                                        startup_timeout=DURABLE_START_TIMEOUT)
+        else:
+            self.server = ServerProcess(shards=shards, protocols=["workq"])
         self._pids: Dict[str, int] = {}
+        self.ready_s = 0.0     # the latest start: from spawning it until ports.json appeared
 
     def start(self) -> "OurServer":
         self.version = __version__
+        started = time.monotonic()
         self.server.start()
+        self.ready_s = time.monotonic() - started
         self.port = self.server.port("workq")
         self._pids = self.server.child_pids()
         if len(self._pids) != self.shards + 1:
@@ -96,6 +190,16 @@ class OurServer(peers.ServerUnderTest):
 
     def pids(self) -> Dict[str, int]:
         return dict(self._pids)
+
+    def end_run(self) -> str:
+        """Stop the server (SIGTERM: its shards close their logs and write
+        their shutdown lines) and return everything it logged in this run.
+        The data directory stays, for the next :meth:`start`."""
+        self.server.stop(peers.STOP_TIMEOUT)
+        if self.server.returncode != 0:
+            raise RuntimeError(f"the server exited with status {self.server.returncode} at stop:\n"
+                               f"{self.server.log_tail()}")
+        return self.server.log()
 
     def stop(self) -> None:
         self.server.stop(peers.STOP_TIMEOUT)
@@ -111,6 +215,11 @@ def measure_cycle(server: peers.ServerUnderTest, opts: argparse.Namespace) -> Di
     """Workload (1), plus the CPU each server process spent on it (workload 3)."""
     spec = _spec(server, opts, CYCLE)
     loadgen.prefill(spec, opts.prefill)
+    return _cycle_run(server, spec)
+
+
+def _cycle_run(server: peers.ServerUnderTest, spec: LoadSpec) -> Dict[str, Any]:
+    """One full-cycle run of ``spec`` with the CPU each server process spent on it."""
     before = server_cpu(server)
     result = loadgen.run(spec)
     after = server_cpu(server)
@@ -150,6 +259,106 @@ def measure_memory(server: peers.ServerUnderTest, opts: argparse.Namespace) -> D
     return {"jobs": jobs, "errors": result.errors, "rss_before": total_before, "rss_after": total_after,
             "bytes_per_job": per_job, "bytes_beyond_payload": per_job - opts.payload,
             "bytes_per_job_by_process": per_process}
+
+
+def measure_durable_cycle(server: peers.ServerUnderTest, opts: argparse.Namespace) -> Dict[str, Any]:
+    """Workload (1) on a durable server, with what its log did (ours).
+
+    Ours is stopped and started again between the prefill and the run: a
+    shard's log counters cover its process's whole life and are only told at
+    shutdown, so this way they count the run (warm-up included) and not the
+    pipelined prefill. The run then serves the prefilled jobs as recovered
+    from the log."""
+    spec = _spec(server, opts, CYCLE)
+    loadgen.prefill(spec, opts.prefill)
+    if isinstance(server, OurServer):
+        server.end_run()
+        server.start()
+        _announce(server, "started again after the prefill")
+        spec = _spec(server, opts, CYCLE)     # a new port
+    out = _cycle_run(server, spec)
+    return _durable_figures(server, out, spec)
+
+
+def measure_durable_produce(server: peers.ServerUnderTest, opts: argparse.Namespace) -> Dict[str, Any]:
+    """Workload (2) on a durable server, with what its log did (ours)."""
+    spec = _spec(server, opts, PRODUCE)
+    before = server_cpu(server)
+    result = loadgen.run(spec)
+    after = server_cpu(server)
+    out = _result_dict(result)
+    out["cpu_us_per_job"] = {role: (after[role] - before[role]) / max(1, result.total_ops) * 1e6
+                             for role in before}
+    return _durable_figures(server, out, spec)
+
+
+def _durable_figures(server: peers.ServerUnderTest, out: Dict[str, Any], spec: LoadSpec) -> Dict[str, Any]:
+    """Add the server's own word on its persistence, and for ours stop it and
+    add its shards' log counters over the run: fsyncs ÷ the loaded seconds
+    (warm-up + measured: the counters cannot tell them apart), records ÷ fsyncs."""
+    out["durability"] = server.durability()
+    if isinstance(server, OurServer):
+        loaded_s = spec.warmup + spec.duration
+        stats = shard_log_stats(server.end_run(), server.shards)
+        if out["total_ops"] > 0 and stats["fsyncs"] == 0:
+            raise RuntimeError(f"the shards logged no fsync for {out['total_ops']} operations: not durable")
+        out["log"] = dict(stats, loaded_s=loaded_s,
+                          fsyncs_per_s=stats["fsyncs"] / loaded_s,
+                          records_per_fsync=stats["fsynced_records"] / stats["fsyncs"] if stats["fsyncs"] else 0.0,
+                          records_per_op=stats["appended_records"] / out["total_ops"] if out["total_ops"] else 0.0)
+    return out
+
+
+def measure_recovery(server: peers.ServerUnderTest, opts: argparse.Namespace) -> Dict[str, Any]:
+    """Queue ``--recovery-jobs`` jobs (pipelined producer) into a durable
+    server of ours, stop it, start it again on the same data and take from
+    its log how long each shard took to replay its log, and the wall time from
+    spawning the server until it served (its ports.json appeared)."""
+    assert isinstance(server, OurServer) and server.data_dir is not None
+    spec = _spec(server, opts, PRODUCE)
+    spec.warmup, spec.duration, spec.max_ops = 0.0, 600.0, opts.recovery_jobs
+    spec.ttl_ms = 3_600_000
+    started = time.monotonic()
+    result = loadgen.run(spec)
+    queue_s = time.monotonic() - started
+    written = shard_log_stats(server.end_run(), server.shards)
+    log_bytes = dir_bytes(server.data_dir)
+    server.start()
+    _announce(server, f"started again on {result.ops:,} queued jobs")
+    ready_s = server.ready_s
+    recovered = shard_recovery_lines(server.end_run(), server.shards)
+    return {"jobs": result.ops, "errors": result.errors, "queue_s": queue_s, "log_bytes": log_bytes,
+            "records_written": written["appended_records"], "fsyncs_while_queueing": written["fsyncs"],
+            "recovered_jobs": sum(r["jobs"] for r in recovered.values()),
+            "recovered_queues": sum(r["queues"] for r in recovered.values()),
+            "recovered_records": sum(r["records"] for r in recovered.values()),
+            "recovery_s_max": max(r["seconds"] for r in recovered.values()),
+            "recovery_s_by_shard": {str(i): r["seconds"] for i, r in recovered.items()},
+            "ready_s": ready_s}
+
+
+def shard_log_stats(text: str, shards: int) -> Dict[str, Any]:
+    """The shards' shutdown lines in one run's server log, summed over shards
+    (maxima for the per-fsync and pause figures). Every shard must have one."""
+    lines = {int(m[0]): m for m in SHARD_LOG_LINE.findall(text)}
+    if sorted(lines) != list(range(shards)):
+        raise RuntimeError(f"expected a 'shard N log:' line at shutdown from each of {shards} shards, "
+                           f"found {sorted(lines) or 'none'}")
+    def total(i: int) -> int:
+        return sum(int(m[i]) for m in lines.values())
+    return {"appended_records": total(1), "fsyncs": total(2), "fsynced_records": total(3),
+            "max_records_per_fsync": max(int(m[4]) for m in lines.values()), "write_errors": total(5),
+            "compactions": total(6), "worst_compaction_pause_ms": max(float(m[7]) for m in lines.values())}
+
+
+def shard_recovery_lines(text: str, shards: int) -> Dict[int, Dict[str, Any]]:
+    """Shard index -> what its 'recovered' line says, for every shard."""
+    lines = {int(m[0]): {"jobs": int(m[1]), "queues": int(m[2]), "records": int(m[3]), "seconds": float(m[4])}
+             for m in SHARD_RECOVERED_LINE.findall(text)}
+    if sorted(lines) != list(range(shards)):
+        raise RuntimeError(f"expected a 'shard N recovered' line from each of {shards} shards, "
+                           f"found {sorted(lines) or 'none'}")
+    return lines
 
 
 def _steady_rss(pids: Dict[str, int], timeout: float = 15.0) -> Dict[str, int]:
@@ -228,12 +437,16 @@ def table(headers: List[str], rows: List[List[str]]) -> str:
 class Report:
     """Collects results per server label and renders the text and JSON reports."""
 
-    def __init__(self, opts: argparse.Namespace, servers: List[Tuple[str, str]]) -> None:
+    def __init__(self, opts: argparse.Namespace, servers: List[Tuple[str, str]],
+                 durable: Optional[List[Tuple[str, str]]] = None) -> None:
         self.opts = opts
         self.servers = servers                      # (label, kind) in table order
-        self.results: Dict[str, Dict[str, Any]] = {label: {} for label, _ in servers}
+        self.durable = list(durable or [])          # the same for section (5)
+        self.results: Dict[str, Dict[str, Any]] = {label: {} for label, _ in servers + self.durable}
         self.versions: Dict[str, str] = {}
         self.header = self._header()
+        self.durable_fs = filesystem_of(opts.durable_dir or tempfile.gettempdir()) if self.durable else None
+        self.disk: Dict[str, float] = {}            # fsync_probe() on that filesystem
 
     def _header(self) -> Dict[str, Any]:
         argv = [os.path.relpath(sys.executable) if sys.executable.startswith(REPO) else sys.executable,
@@ -261,10 +474,10 @@ class Report:
     def _ours_labels(self) -> List[str]:
         return [label for label, kind in self.servers if kind == "workq"]
 
-    def _ratio_cols(self, key: str, label: str) -> List[str]:
+    def _ratio_cols(self, key: str, label: str, ours_labels: List[str]) -> List[str]:
         cells = []
         mine = self._get(label, key)
-        for ours in self._ours_labels():
+        for ours in ours_labels:
             theirs = self._get(ours, key)
             if mine and theirs and mine["ops_per_s"] > 0:
                 cells.append(f"{theirs['ops_per_s'] / mine['ops_per_s']:.2f}x")
@@ -273,8 +486,14 @@ class Report:
         return cells
 
     def render(self) -> str:
-        sections = (self._render_header, self._render_cycle, self._render_produce, self._render_cpu,
-                    self._render_memory, self._render_targets)
+        sections: List[Callable[[], List[str]]] = [self._render_header]
+        if self.servers:
+            sections += [self._render_cycle, self._render_produce, self._render_cpu, self._render_memory]
+        if self.durable:
+            sections.append(self._render_durable)
+        if self.servers:
+            sections.append(self._render_targets)
+        sections.append(self._render_problems)
         return "\n".join(line for section in sections for line in section())
 
     def _n_label(self) -> Optional[str]:
@@ -284,17 +503,21 @@ class Report:
 
     def _section_table(self, key: str, headers: List[str],
                        row: Callable[[str, str, Dict[str, Any]], List[str]],
-                       ratios: bool = False, not_run_rows: bool = True) -> str:
-        """A table of one result ``key``, a row per server: ``row(label, kind,
-        result)`` where there is a result, else "failed" or "not run" (the
-        latter left out unless ``not_run_rows``). With ``ratios``, a column per
-        server of ours: its throughput ÷ this row's."""
-        ratio_heads = [f"{label} ÷ this" for label in self._ours_labels()] if ratios else []
+                       ratios: bool = False, not_run_rows: bool = True,
+                       servers: Optional[List[Tuple[str, str]]] = None, ratio_head: str = "{} ÷ this") -> str:
+        """A table of one result ``key``, a row per server (of ``servers``,
+        default the in-memory ones): ``row(label, kind, result)`` where there
+        is a result, else "failed" or "not run" (the latter left out unless
+        ``not_run_rows``). With ``ratios``, a column per server of ours: its
+        throughput ÷ this row's (headed ``ratio_head`` with its label)."""
+        servers = self.servers if servers is None else servers
+        ours = [label for label, kind in servers if kind == "workq"]
+        ratio_heads = [ratio_head.format(label) for label in ours] if ratios else []
         rows = []
-        for label, kind in self.servers:
+        for label, kind in servers:
             result = self._get(label, key)
             if result is not None:
-                rows.append(row(label, kind, result) + (self._ratio_cols(key, label) if ratios else []))
+                rows.append(row(label, kind, result) + (self._ratio_cols(key, label, ours) if ratios else []))
             elif not_run_rows or key in self.results.get(label, {}):
                 rows.append([label, self._error(label, key)] + [""] * (len(headers) - 2)
                             + ["-"] * len(ratio_heads))
@@ -406,21 +629,120 @@ class Report:
                 fmt_num(r["bytes_beyond_payload"]),
                 f"{router:,.0f} / {shards - self.opts.payload:,.0f}" if len(split) > 1 else "-"]
 
+    def _render_durable(self) -> List[str]:
+        o = self.opts
+        fstype, device, mount = self.durable_fs or ("?", "?", "?")
+        ours = self._durable_ours()
+        return [
+            "(5) durable: workloads (1) and (2) again, every change on disk before it is acknowledged",
+            f"    ours ({o.shards} shards): --data-dir in the server's temp dir, --fsync always "
+            "(an answer goes out after the fsync that covers it; group commit);",
+            "    beanstalkd: -b DIR -f 0 (binlog, fsync on every write); redis: --appendonly yes "
+            "--appendfsync always (AOF fsynced before the replies), no RDB;",
+            f"    data on {fstype} ({device} at {mount}); each server's data directory is removed with it",
+            "    that disk: a 128-byte append + fdatasync took " + (
+                f"p50 {fmt_num(self.disk.get('p50'))} µs, p99 {fmt_num(self.disk.get('p99'))} µs "
+                f"(200 in a row, one writer: ≈ {fmt_num(1e6 / self.disk['p50'])} fsyncs/s)"
+                if self.disk.get("p50") else "not measured"),
+            "    ours is restarted after the prefill so its shards' log counters (their 'shard N log:' lines at "
+            "shutdown,",
+            "    summed over shards) cover the run alone: fsyncs/s = fsyncs ÷ warm-up + measured s, "
+            "records/fsync = records fsynced ÷ fsyncs",
+            "  full job cycle (as (1))",
+            self._section_table("cycle", ["server", "cycles/s", "req p50 µs", "req p99 µs", "cycle p50 µs",
+                                          "cycle p99 µs", "errors", "server µs/cycle", "fsyncs/s",
+                                          "records/fsync"],
+                                self._durable_cycle_row, ratios=True, servers=self.durable,
+                                ratio_head="ours ÷ this"),
+            f"  producer only, pipelined (as (2), {o.batch} enqueues per write)",
+            self._section_table("produce", ["server", "jobs/s", "batch p50 µs", "batch p99 µs", "errors",
+                                            "server µs/job", "fsyncs/s", "records/fsync"],
+                                self._durable_produce_row, ratios=True, servers=self.durable,
+                                ratio_head="ours ÷ this"),
+            f"  recovery: {o.recovery_jobs:,} jobs of {o.payload} bytes queued by the pipelined producer, the "
+            "server stopped (SIGTERM) and started again on its data",
+            "    'shards' = the slowest shard's own figure ('shard N recovered ... in S s'); 'until serving' = "
+            "from spawning the server until its ports.json appeared",
+            self._section_table("recovery", ["server", "jobs queued", "queued in s", "log MiB",
+                                             "jobs recovered", "log records read", "shards s", "until serving s"],
+                                self._recovery_row, not_run_rows=False, servers=self.durable)
+            if ours else "    (ours not run)",
+            f"  durable targets ({ours or 'ours'})",
+            table(["what", "measured", "target", ""], [list(row) for row in self.durable_targets()]),
+            "",
+        ]
+
+    def _durable_ours(self) -> Optional[str]:
+        return next((label for label, kind in self.durable if kind == "workq"), None)
+
+    @staticmethod
+    def _log_cells(r: Dict[str, Any]) -> List[str]:
+        log = r.get("log")
+        if not log:
+            return ["-", "-"]
+        return [fmt_num(log["fsyncs_per_s"]), fmt_num(log["records_per_fsync"], 1)]
+
+    def _durable_cycle_row(self, label: str, kind: str, r: Dict[str, Any]) -> List[str]:
+        return (self._cycle_row(label, kind, r)[:-1] + [fmt_num(sum(r["cpu_us_per_cycle"].values()), 1)]
+                + self._log_cells(r))
+
+    def _durable_produce_row(self, label: str, kind: str, r: Dict[str, Any]) -> List[str]:
+        return (self._produce_row(label, kind, r) + [fmt_num(sum(r["cpu_us_per_job"].values()), 1)]
+                + self._log_cells(r))
+
+    @staticmethod
+    def _recovery_row(label: str, kind: str, r: Dict[str, Any]) -> List[str]:
+        return [label, fmt_num(r["jobs"]), fmt_num(r["queue_s"], 1), fmt_num(r["log_bytes"] / 1048576, 1),
+                fmt_num(r["recovered_jobs"]), fmt_num(r["recovered_records"]), fmt_num(r["recovery_s_max"], 2),
+                fmt_num(r["ready_s"], 2)]
+
+    def durable_targets(self) -> List[Tuple[str, str, str, str]]:
+        ours = self._durable_ours()
+        rows: List[Tuple[str, str, str, str]] = []
+
+        def verdict(ok: Optional[bool]) -> str:
+            return "-" if ok is None else ("met" if ok else "MISSED")
+
+        cycle = self._get(ours, "cycle") if ours else None
+        for kind, goal, word in (("redis", TARGET_DURABLE_VS_REDIS, "≥"),
+                                 ("beanstalkd", AIM_DURABLE_VS_BEANSTALKD, "aim ≥")):
+            peer = DURABLE_LABELS[kind]
+            theirs = self._get(peer, "cycle")
+            ratio = (cycle["ops_per_s"] / theirs["ops_per_s"]
+                     if cycle and theirs and theirs["ops_per_s"] else None)
+            rows.append((f"durable full cycle vs {peer}", f"{ratio:.2f}x" if ratio is not None else "-",
+                         f"{word} {goal:.1f}x", verdict(None if ratio is None else ratio >= goal)))
+        rec = self._get(ours, "recovery") if ours else None
+        jobs = f"{rec['jobs']:,}" if rec else f"{self.opts.recovery_jobs:,}"
+        for what, key in ((f"recovery of {jobs} jobs, slowest shard", "recovery_s_max"),
+                          (f"restart on {jobs} jobs until serving", "ready_s")):
+            value = rec[key] if rec else None
+            rows.append((what, f"{value:.2f} s" if value is not None else "-", f"< {TARGET_RECOVERY_S:g} s",
+                         verdict(None if value is None else value < TARGET_RECOVERY_S)))
+        rows.append(("every queued job recovered",
+                     f"{rec['recovered_jobs']:,} of {rec['jobs']:,}" if rec else "-", "all",
+                     verdict(None if rec is None else rec["recovered_jobs"] == rec["jobs"] and not rec["errors"])))
+        return rows
+
     def _render_targets(self) -> List[str]:
-        out = [f"targets ({self._n_label() or 'ours'})",
-               table(["what", "measured", "target", ""], [list(row) for row in self.targets()])]
+        return [f"targets ({self._n_label() or 'ours'})",
+                table(["what", "measured", "target", ""], [list(row) for row in self.targets()])]
+
+    def _render_problems(self) -> List[str]:
         problems = self.problems()
-        if problems:
-            out += ["", "problems:"] + [f"  {p}" for p in problems]
-        return out
+        return ["", "problems:"] + [f"  {p}" for p in problems] if problems else []
 
     def _error(self, label: str, key: str) -> str:
         value = self.results.get(label, {}).get(key)
         return "failed (see problems)" if isinstance(value, str) else "not run"
 
     def problems(self) -> List[str]:
-        return [f"{label} / {key}: {value}" for label, results in self.results.items()
-                for key, value in results.items() if isinstance(value, str)]
+        found = [f"{label} / {key}: {value}" for label, results in self.results.items()
+                 for key, value in results.items() if isinstance(value, str)]
+        if self.durable_fs and self.durable_fs[0] in ("tmpfs", "ramfs"):
+            found.append(f"durable data on {self.durable_fs[0]} ({self.durable_fs[2]}): an fsync costs "
+                         "nothing there, so section (5) measures no disk; give --durable-dir on a disk")
+        return found
 
     def targets(self) -> List[Tuple[str, str, str, str]]:
         ours = self._n_label()
@@ -449,9 +771,15 @@ class Report:
         return rows
 
     def to_json(self) -> Dict[str, Any]:
-        return {"header": self.header, "options": vars(self.opts), "versions": self.versions,
-                "results": self.results,
-                "targets": [dict(zip(("what", "measured", "target", "verdict"), t)) for t in self.targets()]}
+        def rows(targets: List[Tuple[str, str, str, str]]) -> List[Dict[str, str]]:
+            return [dict(zip(("what", "measured", "target", "verdict"), t)) for t in targets]
+        out = {"header": self.header, "options": vars(self.opts), "versions": self.versions,
+               "results": self.results, "targets": rows(self.targets()) if self.servers else []}
+        if self.durable:
+            out["durable_targets"] = rows(self.durable_targets())
+            out["durable_filesystem"] = dict(zip(("type", "device", "mount"), self.durable_fs or ()))
+            out["durable_fsync_probe_us"] = self.disk
+        return out
 
 
 # ---------------------------------------------------------------- running
@@ -472,8 +800,25 @@ def plan(opts: argparse.Namespace) -> List[Tuple[str, str, Callable[[], peers.Se
     return servers
 
 
-def _our_label(shards: int) -> str:
-    return f"ours, {shards} shard" + ("s" if shards > 1 else "")
+def plan_durable(opts: argparse.Namespace) -> List[Tuple[str, str, Callable[[], peers.ServerUnderTest]]]:
+    """The same for section (5): ours with N shards and the peers, all durable."""
+    if opts.no_durable:
+        return []
+    parent = opts.durable_dir
+    servers: List[Tuple[str, str, Callable[[], peers.ServerUnderTest]]] = []
+    if opts.only in (None, "ours"):
+        servers.append((_our_label(opts.shards, True), "workq",
+                        lambda: OurServer(opts.shards, durable=True, parent=parent)))
+    if opts.only in (None, "beanstalkd"):
+        servers.append((DURABLE_LABELS["beanstalkd"], "beanstalkd",
+                        lambda: peers.Beanstalkd(durable=True, parent=parent)))
+    if opts.only in (None, "redis"):
+        servers.append((DURABLE_LABELS["redis"], "redis", lambda: peers.Redis(durable=True, parent=parent)))
+    return servers
+
+
+def _our_label(shards: int, durable: bool = False) -> str:
+    return f"ours, {shards} shard" + ("s" if shards > 1 else "") + (", fsync always" if durable else "")
 
 
 def run_all(opts: argparse.Namespace, report: Report,
@@ -489,19 +834,48 @@ def run_all(opts: argparse.Namespace, report: Report,
         for label, _, factory in servers:
             if key == "memory" and label not in memory_for:
                 continue
-            _progress(f"{label}: {key} ...")
-            started = time.monotonic()
-            try:
-                with factory() as server:
-                    _progress(f"{label}: {server.protocol} on {peers.HOST}:{server.port}, "
-                              f"pids {json.dumps(server.pids())}")
-                    report.versions[VERSION_NAMES.get(server.protocol, server.protocol)] = server.version
-                    report.record(label, key, measure(server, opts))
-            except KeyboardInterrupt:
-                raise
-            except Exception as err:  # one server failing must not hide the others' numbers
-                report.record(label, key, f"{type(err).__name__}: {err}")
-            _progress(f"{label}: {key} done in {time.monotonic() - started:.1f} s")
+            _run_one(opts, report, label, key, factory, measure)
+
+
+def run_durable(opts: argparse.Namespace, report: Report,
+                servers: List[Tuple[str, str, Callable[[], peers.ServerUnderTest]]]) -> None:
+    """Section (5): the full cycle and the producer on every durable server,
+    then the recovery run on ours; each on a fresh server that is always
+    stopped, its data directory removed with it."""
+    if not servers:
+        return
+    report.disk = fsync_probe(opts.durable_dir)
+    steps: List[Tuple[str, Callable[..., Dict[str, Any]]]] = [
+        ("cycle", measure_durable_cycle), ("produce", measure_durable_produce), ("recovery", measure_recovery)]
+    for key, measure in steps:
+        for label, kind, factory in servers:
+            if key == "recovery" and kind != "workq":
+                continue
+            _run_one(opts, report, label, key, factory, measure)
+
+
+def _run_one(opts: argparse.Namespace, report: Report, label: str, key: str,
+             factory: Callable[[], peers.ServerUnderTest], measure: Callable[..., Dict[str, Any]]) -> None:
+    _progress(f"{label}: {key} ...")
+    started = time.monotonic()
+    try:
+        with factory() as server:
+            _announce(server)
+            if isinstance(server, OurServer) and server.data_dir:
+                _progress(f"{label}: data in {server.data_dir}")
+            report.versions[VERSION_NAMES.get(server.protocol, server.protocol)] = server.version
+            report.record(label, key, measure(server, opts))
+    except KeyboardInterrupt:
+        raise
+    except Exception as err:  # one server failing must not hide the others' numbers
+        report.record(label, key, f"{type(err).__name__}: {err}")
+    _progress(f"{label}: {key} done in {time.monotonic() - started:.1f} s")
+
+
+def _announce(server: peers.ServerUnderTest, what: str = "") -> None:
+    """The server's port and pids on stderr (the smoke test checks these pids are gone at the end)."""
+    _progress(f"{server.label}: {what + ', ' if what else ''}{server.protocol} on {peers.HOST}:{server.port}, "
+              f"pids {json.dumps(server.pids())}")
 
 
 def _progress(message: str) -> None:
@@ -516,8 +890,16 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, help="unmeasured seconds before each measurement "
                         "(default 1; 0.3 with --quick)")
     parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 1 s per workload, 0.3 s warm-up, 20,000 jobs for memory")
+                        help="smoke run: 1 s per workload, 0.3 s warm-up, 20,000 jobs for memory and recovery")
     parser.add_argument("--only", choices=("ours", "beanstalkd", "redis"), help="measure one server kind")
+    durable = parser.add_mutually_exclusive_group()
+    durable.add_argument("--only-durable", action="store_true",
+                         help="run only section (5), the durable servers")
+    durable.add_argument("--no-durable", action="store_true", help="skip section (5), the durable servers")
+    parser.add_argument("--durable-dir", metavar="DIR", help="where the durable servers' temporary data "
+                        "directories go (default: the system's temp dir; it should be on a disk, not tmpfs)")
+    parser.add_argument("--recovery-jobs", type=int, default=None, help="jobs queued before the recovery "
+                        "restart (default 1,000,000; 20,000 with --quick)")
     parser.add_argument("--json", metavar="FILE", help="also write all results as JSON")
     parser.add_argument("--memory-jobs", type=int, default=None, help="jobs queued for the memory figure "
                         "(default 1,000,000; 20,000 with --quick)")
@@ -535,21 +917,30 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         opts.warmup = 0.3 if opts.quick else 1.0
     if opts.memory_jobs is None:
         opts.memory_jobs = 20_000 if opts.quick else 1_000_000
-    if opts.duration <= 0 or opts.warmup < 0 or opts.memory_jobs < 1:
-        parser.error("--duration must be > 0, --warmup ≥ 0, --memory-jobs ≥ 1")
+    if opts.recovery_jobs is None:
+        opts.recovery_jobs = 20_000 if opts.quick else 1_000_000
+    if opts.duration <= 0 or opts.warmup < 0 or opts.memory_jobs < 1 or opts.recovery_jobs < 1:
+        parser.error("--duration must be > 0, --warmup ≥ 0, --memory-jobs and --recovery-jobs ≥ 1")
+    if opts.durable_dir is not None:
+        if not os.path.isdir(opts.durable_dir):
+            parser.error(f"--durable-dir {opts.durable_dir}: not a directory")
+        opts.durable_dir = os.path.abspath(opts.durable_dir)
     return opts
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     opts = parse_args(argv)
     signal.signal(signal.SIGTERM, _raise_interrupt)
-    servers = plan(opts)
-    report = Report(opts, [(label, kind) for label, kind, _ in servers])
-    if any(kind != "workq" for _, kind, _ in servers):
+    servers = [] if opts.only_durable else plan(opts)
+    durable = plan_durable(opts)
+    report = Report(opts, [(label, kind) for label, kind, _ in servers],
+                    [(label, kind) for label, kind, _ in durable])
+    if any(kind != "workq" for _, kind, _ in servers + durable):
         peers.ensure_installed()
     interrupted = False
     try:
         run_all(opts, report, servers)
+        run_durable(opts, report, durable)
     except KeyboardInterrupt:
         interrupted = True
         _progress("interrupted: every server started has been stopped; partial results follow")
