@@ -137,6 +137,21 @@ class Command:
         return f"<Command {self.op} {self.args!r} route={self.route} key={self.key!r}>"
 
 
+#: Beyond every limit any protocol has (a 64-bit value has 20 digits).
+HUGE = 10 ** 30
+
+
+def parse_int(token: bytes) -> int:
+    """A checked decimal token (``[+-]?[0-9]+``) as an int. One with more
+    significant digits than any limit allows is :data:`HUGE` (or -HUGE):
+    Python refuses to parse over 4300 digits, and a client may send more."""
+    if len(token) <= 24:
+        return int(token)
+    sign = -1 if token[:1] == b"-" else 1
+    digits = token.lstrip(b"+-").lstrip(b"0") or b"0"
+    return sign * (int(digits) if len(digits) <= 24 else HUGE)
+
+
 def new_job(name: str, payload: bytes, render: Render, *, id: Optional[str] = None,
             priority: int = 0, ttr: int = 0, ttl: int = 0, max_attempts: int = UNLIMITED_ATTEMPTS,
             max_fails: int = 0, sched: Optional[int] = None, unique: bool = False) -> Command:

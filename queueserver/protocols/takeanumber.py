@@ -43,7 +43,7 @@ from typing import Optional
 from ..engine import status as S
 from ..engine.status import Reply
 from ..engine.views import as_lease
-from .base import BY_NAME, MAX_PAYLOAD, Command, new_job, renderer, valid_queue_name
+from .base import BY_NAME, MAX_PAYLOAD, Command, new_job, parse_int, renderer, valid_queue_name
 from .lines import LineCodec, utf8
 
 LINE_SLACK = 1024                 # a line's bytes besides an ADD body
@@ -169,7 +169,7 @@ class TakeANumberCodec(LineCodec):
         raw_name, raw_retries, body = parts if len(parts) == 3 else (*parts, b"")
         if not _INT.match(raw_retries):
             return Command.local(BAD_RETRIES)
-        retries = int(raw_retries)
+        retries = parse_int(raw_retries)
         if not -2 ** 63 <= retries < 2 ** 64:
             return Command.local(BAD_RETRIES)
         retries = min(max(retries, 0), MAX_RETRIES)

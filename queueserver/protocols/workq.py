@@ -45,7 +45,7 @@ from ..engine import status as S
 from ..engine.requests import RunRequest
 from ..engine.status import Reply
 from ..engine.views import as_lease
-from .base import (ALL, BY_ID, BY_NAME, BY_NAMES, MAX_PAYLOAD, NAME_MEMO, Command, InputBuffer,
+from .base import (ALL, BY_ID, BY_NAME, BY_NAMES, MAX_PAYLOAD, NAME_MEMO, Command, InputBuffer, parse_int,
                    name_token, new_job, renderer)
 from .lines import LineCodec
 
@@ -194,9 +194,9 @@ render_server = renderer(_server, _error)
 # ------------------------------------------------------------------ parsing
 def _uint(token: bytes, high: int, message: str, low: int = 0) -> int:
     if token.isdigit():  # the common case, without the regex
-        value = int(token)
+        value = parse_int(token)
     elif _UINT.match(token):
-        value = int(token)
+        value = parse_int(token)
     else:
         raise Invalid(message)
     if not low <= value <= high:
@@ -274,9 +274,9 @@ def _job_flags(flags: Dict[bytes, bytes], allowed: set) -> Tuple[int, int, int]:
         max_fails = _uint(flags[b"max-fails"], 255, "Invalid Max Fails")
     if b"priority" in flags:
         token = flags[b"priority"]
-        if not _INT.match(token) or not -2 ** 31 <= int(token) < 2 ** 31:
+        if not _INT.match(token) or not -2 ** 31 <= parse_int(token) < 2 ** 31:
             raise Invalid("Invalid Priority")
-        priority = int(token)
+        priority = parse_int(token)
     return priority, max_attempts, max_fails
 
 
@@ -307,7 +307,7 @@ def _size(token: Optional[bytes]) -> Optional[int]:
     """A block size token as a number, or ``None`` when it is unreadable."""
     if token is None or not _UINT.match(token):
         return None
-    return int(token)
+    return parse_int(token)
 
 
 def _guess_size_token(line: bytes, name_at: Optional[int]) -> Optional[bytes]:
@@ -373,7 +373,7 @@ class WorkqCodec(LineCodec):
         if flags is not None and len(args) == spec.count + 1:
             token = args[spec.size_at + 1]
             if token.isdigit():
-                size = int(token)
+                size = parse_int(token)
                 stop = start + size
                 if size <= self.max_payload and data[stop:stop + 2] == b"\r\n":
                     buf.mark, buf.pos = pos, stop + 2
