@@ -75,6 +75,24 @@ def _worker_parser(sub: Any) -> None:
                    help=f"{', '.join(LOG_LEVELS)} (default info)")
 
 
+def _history_parser(sub: Any) -> None:
+    from .history.options import add_arguments
+    p = sub.add_parser("history", help="turn the shards' job history into Parquet tables and a report",
+                       description="Read the shards' job history files with Spark (PySpark, the "
+                                   "'spark' extra) and write the jobs, queue_minutes and stuck "
+                                   "tables and report.html; later runs read only what is new.")
+    add_arguments(p)
+
+
+def _history(args: argparse.Namespace) -> int:
+    try:
+        from .history.app import run_from_args
+    except ImportError as err:
+        fail(f"history needs PySpark and matplotlib ({err}); pip install 'queueserver[spark]'", 2,
+             f"{PROG} history")
+    return run_from_args(args, f"{PROG} history")
+
+
 def _work(args: argparse.Namespace) -> int:
     from .client import Client
     from .client.worker import Worker, load_handler
@@ -115,12 +133,13 @@ def build_config(args: argparse.Namespace) -> Config:
 
 
 def build_parser() -> ArgumentParser:
-    """The whole command line: ``serve`` and ``worker``."""
+    """The whole command line: ``serve``, ``worker`` and ``history``."""
     parser = ArgumentParser(prog=PROG, description="A multi-protocol job queue server.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,worker}")
     _serve_parser(sub)
     _worker_parser(sub)
+    _history_parser(sub)
     return parser
 
 
@@ -128,6 +147,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "worker":
         return _work(args)
+    if args.command == "history":
+        return _history(args)
     serve = f"{PROG} serve"
     try:
         config = build_config(args)

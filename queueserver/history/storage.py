@@ -1,0 +1,70 @@
+"""Small files beside the Spark output (checkpoint, report), through Hadoop's FileSystem.
+
+The output directory may be on HDFS or S3 when the job runs on a cluster, so
+the driver reads and writes its few small files through the same Hadoop
+FileSystem Spark writes the tables with, instead of Python's ``open``.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from pyspark.sql import SparkSession
+
+
+class Storage:
+    """Files under one root directory (``OUT``), named relative to it."""
+
+    def __init__(self, spark: SparkSession, root: str) -> None:
+        self._jvm = spark.sparkContext._jvm
+        self._gateway = spark.sparkContext._gateway
+        self._conf = spark.sparkContext._jsc.hadoopConfiguration()
+        self.root = root.rstrip("/") or "/"
+        self._fs = self._path("").getFileSystem(self._conf)
+
+    def _path(self, name: str):  # -> org.apache.hadoop.fs.Path
+        return self._jvm.org.apache.hadoop.fs.Path(self.path(name))
+
+    def path(self, name: str) -> str:
+        """``name`` under the root, as Spark's readers and writers take it."""
+        return f"{self.root}/{name}" if name else self.root
+
+    def exists(self, name: str) -> bool:
+        return bool(self._fs.exists(self._path(name)))
+
+    def read_text(self, name: str) -> Optional[str]:
+        """The file's text, or None when there is no such file."""
+        path = self._path(name)
+        if not self._fs.exists(path):
+            return None
+        stream = self._fs.open(path)
+        try:
+            return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+
+    def write_text(self, name: str, text: str) -> None:
+        """Replace the file at once: readers see the old text or the new, never a part."""
+        self._fs.mkdirs(self._path(name).getParent())
+        tmp = self._path(f"{name}.tmp")
+        stream = self._fs.create(tmp, True)
+        try:
+            stream.write(bytearray(text.encode("utf-8")))
+        finally:
+            stream.close()
+        rename = self._jvm.org.apache.hadoop.fs.Options.Rename
+        options = self._gateway.new_array(rename, 1)
+        options[0] = rename.OVERWRITE
+        context = self._jvm.org.apache.hadoop.fs.FileContext.getFileContext(
+            self._path("").toUri(), self._conf)
+        context.rename(tmp, self._path(name), options)
+
+    def delete(self, name: str) -> None:
+        """Remove a file or a whole directory; nothing when it is not there."""
+        self._fs.delete(self._path(name), True)
+
+    def list_dir(self, name: str) -> List[str]:
+        """Names of the entries of a directory (empty when it does not exist)."""
+        path = self._path(name)
+        if not self._fs.exists(path):
+            return []
+        return sorted(str(status.getPath().getName()) for status in self._fs.listStatus(path))
