@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pytest
-from pyspark.sql import SparkSession
 
 from queueserver import cli
 from queueserver.history.app import run
@@ -200,20 +199,6 @@ def event_count(event: str) -> int:
 
 
 # --------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="session")
-def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    session = (SparkSession.builder.master("local[2]").appName("test_history_spark")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-
-
 @pytest.fixture(scope="module")
 def full(spark, tmp_path_factory) -> Tuple[Path, Summary]:
     """One run over the whole history (in ``<root>/history``, the layout of a data directory)."""

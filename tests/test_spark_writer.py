@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import socket
-import subprocess
-import sys
 import time
 import uuid
 
@@ -24,56 +21,8 @@ from queueserver.spark import (DEFAULT_NAMESPACE, QueueDataSource, QueueWriteErr
 from queueserver.spark.datasource import DEFAULT_TTL, DEFAULT_TTR, check_queue_name, summarize
 from serverproc import ServerProcess
 
-#: local[threads, maxFailures]: a failed task is tried again, up to 3 times in all.
+#: The shared session's master (conftest.py): a failed task is tried again, up to 3 times.
 MASTER = "local[2,3]"
-
-
-def _retries_tasks(session: SparkSession) -> bool:
-    found = re.fullmatch(r"local\[\d+,\s*(\d+)\]", session.sparkContext.master)
-    return bool(found) and int(found.group(1)) >= 2
-
-
-@pytest.fixture(scope="session")
-def spark():
-    """One SparkSession for the whole run (starting one costs ~10 s), whose local
-    master retries failed tasks. Spark keeps one session per process: one made
-    earlier by another test module without task retries is stopped for ours (its
-    module has run); the JVM is shut down at the end only if we launched it."""
-    from pyspark import SparkContext
-    saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP")}
-    os.environ.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-                      SPARK_LOCAL_IP="127.0.0.1")
-    earlier = SparkSession.getActiveSession()
-    if earlier is not None and not _retries_tasks(earlier):
-        earlier.stop()
-    launched = SparkContext._gateway is None
-    session = (SparkSession.builder.master(MASTER).appName("queueserver-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "4")
-               .config("spark.driver.host", "127.0.0.1")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-    gateway = SparkContext._gateway
-    if launched and gateway is not None:   # the JVM would idle until this process exits
-        gateway.shutdown()
-        proc = getattr(gateway, "proc", None)
-        if proc is not None:   # the JVM exits when its stdin, our pipe, closes
-            proc.stdin.close()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        SparkContext._gateway = SparkContext._jvm = None
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-
 
 @pytest.fixture(scope="module")
 def server():
@@ -240,7 +189,7 @@ def _retry_source(fail_in_flight: bool):
 @pytest.mark.parametrize("fail_in_flight", [False, True], ids=["between-batches", "batch-in-flight"])
 def test_a_task_retried_after_failing_mid_partition_adds_each_row_once(spark, server, client, tmp_path,
                                                                        fail_in_flight):
-    assert _retries_tasks(spark), f"master {spark.sparkContext.master} does not retry tasks"
+    assert spark.sparkContext.master == MASTER, f"master {spark.sparkContext.master} does not retry tasks"
     source = _retry_source(fail_in_flight)
     spark.dataSource.register(source)
     queue, n = new_queue("retry"), 120
