@@ -162,15 +162,21 @@ class OurServer(peers.ServerUnderTest):
 
     protocol = "workq"
 
-    def __init__(self, shards: int, durable: bool = False, parent: Optional[str] = None) -> None:
+    def __init__(self, shards: int, durable: bool = False, parent: Optional[str] = None,
+                 history: bool = True) -> None:
         super().__init__(parent)
         self.shards = shards
         self.durable = durable
-        self.label = _our_label(shards, durable)
+        self.label = _our_label(shards, durable, history)
         self.data_dir = os.path.join(self.tmp, "data") if durable else None
         if durable:
-            self.server = ServerProcess(shards=shards, protocols=["workq"],
-                                        extra=["--data-dir", str(self.data_dir), "--fsync", "always"],
+            extra = ["--data-dir", str(self.data_dir), "--fsync", "always"]
+            if not history:   # the job history is on wherever there is a data directory
+                config = os.path.join(self.tmp, "no-history.toml")
+                with open(config, "w") as f:
+                    f.write("[history]\nenabled = false\n")
+                extra = ["--config", config] + extra
+            self.server = ServerProcess(shards=shards, protocols=["workq"], extra=extra,
                                         startup_timeout=DURABLE_START_TIMEOUT)
         else:
             self.server = ServerProcess(shards=shards, protocols=["workq"])
@@ -719,6 +725,11 @@ class Report:
             value = rec[key] if rec else None
             rows.append((what, f"{value:.2f} s" if value is not None else "-", f"< {TARGET_RECOVERY_S:g} s",
                          verdict(None if value is None else value < TARGET_RECOVERY_S)))
+        quiet = self._get(_our_label(self.opts.shards, True, history=False), "cycle")
+        if cycle and quiet and quiet["ops_per_s"]:
+            cost = 1 - cycle["ops_per_s"] / quiet["ops_per_s"]
+            rows.append(("full cycle, history on vs off", f"{cost:+.1%} slower" if cost > 0 else
+                         f"{-cost:.1%} faster", "≤ 10% slower", verdict(cost <= 0.10)))
         rows.append(("every queued job recovered",
                      f"{rec['recovered_jobs']:,} of {rec['jobs']:,}" if rec else "-", "all",
                      verdict(None if rec is None else rec["recovered_jobs"] == rec["jobs"] and not rec["errors"])))
@@ -809,6 +820,8 @@ def plan_durable(opts: argparse.Namespace) -> List[Tuple[str, str, Callable[[], 
     if opts.only in (None, "ours"):
         servers.append((_our_label(opts.shards, True), "workq",
                         lambda: OurServer(opts.shards, durable=True, parent=parent)))
+        servers.append((_our_label(opts.shards, True, history=False), "workq",
+                        lambda: OurServer(opts.shards, durable=True, parent=parent, history=False)))
     if opts.only in (None, "beanstalkd"):
         servers.append((DURABLE_LABELS["beanstalkd"], "beanstalkd",
                         lambda: peers.Beanstalkd(durable=True, parent=parent)))
@@ -817,8 +830,9 @@ def plan_durable(opts: argparse.Namespace) -> List[Tuple[str, str, Callable[[], 
     return servers
 
 
-def _our_label(shards: int, durable: bool = False) -> str:
-    return f"ours, {shards} shard" + ("s" if shards > 1 else "") + (", fsync always" if durable else "")
+def _our_label(shards: int, durable: bool = False, history: bool = True) -> str:
+    return (f"ours, {shards} shard" + ("s" if shards > 1 else "") + (", fsync always" if durable else "")
+            + ("" if history else ", no history"))
 
 
 def run_all(opts: argparse.Namespace, report: Report,
@@ -849,8 +863,8 @@ def run_durable(opts: argparse.Namespace, report: Report,
         ("cycle", measure_durable_cycle), ("produce", measure_durable_produce), ("recovery", measure_recovery)]
     for key, measure in steps:
         for label, kind, factory in servers:
-            if key == "recovery" and kind != "workq":
-                continue
+            if key == "recovery" and (kind != "workq" or label != servers[0][0]):
+                continue   # recovery: ours with its defaults only
             _run_one(opts, report, label, key, factory, measure)
 
 
