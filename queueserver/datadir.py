@@ -15,6 +15,8 @@ import json
 import os
 from typing import Optional
 
+from .dirlock import DirectoryBusy, lock_directory
+
 LAYOUT_FILE = "layout.json"
 LAYOUT_FORMAT = 1
 HASH_RULE = "xxh64(name) % shards"
@@ -87,21 +89,20 @@ class DataDir:
 
     def acquire(self, shards: int, shards_given: bool) -> int:
         """Lock the directory and settle its layout; the shard count to run."""
-        import fcntl
-        shards = settle_layout(self.path, shards, shards_given)
-        lock = os.path.join(self.path, "lock")
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise LayoutError(f"data directory {self.path} is in use by another queueserver "
-                              f"(pid {holder}); stop it first or pick another --data-dir") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._lock_fd = fd
-        return shards
+            os.makedirs(self.path, mode=0o700, exist_ok=True)
+        except OSError as err:
+            raise LayoutError(f"cannot create data directory {self.path}: "
+                              f"{(err.strerror or str(err)).lower()}") from None
+        try:
+            self._lock_fd = lock_directory(self.path, "data directory", "--data-dir")
+        except DirectoryBusy as err:
+            raise LayoutError(str(err)) from None
+        try:
+            return settle_layout(self.path, shards, shards_given)
+        except LayoutError:
+            self.release()
+            raise
 
     def shard_dir(self, index: int) -> str:
         return shard_dir(self.path, index)

@@ -12,7 +12,6 @@ for the operator, raised before anything another server uses is touched.
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import logging
 import os
@@ -28,6 +27,7 @@ from typing import Dict, List, Optional
 
 from .config import Config
 from .datadir import DataDir, LayoutError
+from .dirlock import DirectoryBusy, lock_directory
 from .lifecycle import EXIT_REFUSED
 
 log = logging.getLogger("queueserver.supervisor")
@@ -119,22 +119,10 @@ class RuntimeDir:
                                    f"{_reason(err)} ({fix})") from None
 
     def _lock(self) -> None:
-        lock = os.path.join(self.path, "lock")
         try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        except OSError as err:
-            raise StartupError(f"runtime directory {self.path} is not writable: cannot open {lock}: "
-                               f"{_reason(err)} (pick another with --runtime-dir)") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise StartupError(f"runtime directory {self.path} is in use by another queueserver "
-                               f"(pid {holder}); stop it first or pick another --runtime-dir") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._lock_fd = fd
+            self._lock_fd = lock_directory(self.path, "runtime directory", "--runtime-dir")
+        except DirectoryBusy as err:
+            raise StartupError(str(err)) from None
 
     def file(self, name: str) -> str:
         return os.path.join(self.path, name)

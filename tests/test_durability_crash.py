@@ -190,3 +190,14 @@ def test_goqueue_numbers_never_repeat_across_restarts_even_after_the_newest_job_
         proc.start()
         again = _goqueue_add(proc.ports["goqueue"], b"numbers")
         assert again > max(numbers), (again, numbers)
+
+
+def test_a_second_server_on_the_same_data_directory_is_refused_with_one_line(tmp_path):
+    data = tmp_path / "data"
+    with ServerProcess(shards=1, protocols=["workq"], extra=["--data-dir", str(data)]) as proc:
+        from serverproc import one_line_error, run_cli
+        result = run_cli("serve", "--data-dir", str(data), "--workq-port", "0", "--no-takeanumber",
+                         "--no-goqueue", "--no-queued", "--no-taskflux",
+                         "--runtime-dir", str(tmp_path / "rt2"))
+        line = one_line_error(result)
+        assert f"data directory {data} is in use by another queueserver (pid {proc.pid}" in line

@@ -4,25 +4,14 @@ unfinished), and ``queueserver history`` on a real SparkSession counts it
 exactly."""
 from __future__ import annotations
 
-import socket
-
 from queueserver.client import Client, NotFound
 from queueserver.history.app import run
 
 from serverproc import ServerProcess, wait_for
+from wire import line_exchange
 
 ID = "00000000-0000-4000-8000-%012d"
 DAY = 86_400_000
-
-
-def takeanumber(port: int, *lines: bytes) -> list:
-    with socket.create_connection(("127.0.0.1", port), 5) as sock:
-        reader = sock.makefile("rb")
-        answers = []
-        for line in lines:
-            sock.sendall(line)
-            answers.append(reader.readline())
-        return answers
 
 
 def drive_workload(proc: ServerProcess) -> None:
@@ -51,9 +40,9 @@ def drive_workload(proc: ServerProcess) -> None:
         client.add(ID % 9, "e2e-a", b"left", 60_000, DAY)
         client.add(ID % 10, "e2e-a", b"left", 60_000, DAY)
     port = proc.ports["takeanumber"]
-    ids = [takeanumber(port, f"ADD e2e-t 0 t{i}\r\n".encode())[0][1:].strip().decode() for i in range(3)]
+    ids = [line_exchange(port, f"ADD e2e-t 0 t{i}\r\n".encode())[0][1:].strip().decode() for i in range(3)]
     for id in ids[:2]:
-        reserved, done = takeanumber(port, b"RESERVE e2e-t\r\n", f"DONE e2e-t {id}\r\n".encode())
+        reserved, done = line_exchange(port, b"RESERVE e2e-t\r\n", f"DONE e2e-t {id}\r\n".encode())
         assert reserved.startswith(f"+{id}".encode()) and done == b"+OK\r\n"
 
 

@@ -4,13 +4,12 @@ the direct path and forwarded alike; off with ``[history] enabled = false``."""
 from __future__ import annotations
 
 import json
-import socket
-
 import pytest
 
 from queueserver.client import Client
 
 from serverproc import ServerProcess, wait_for
+from wire import line_exchange
 
 ID = "00000000-0000-4000-8000-%012d"
 
@@ -20,16 +19,6 @@ def history(data) -> list:
     for path in sorted((data / "history").rglob("*.jsonl")):
         records += [json.loads(line) for line in path.read_text().splitlines()]
     return records
-
-
-def takeanumber(port: int, *lines: bytes) -> list:
-    with socket.create_connection(("127.0.0.1", port), 5) as sock:
-        reader = sock.makefile("rb")
-        answers = []
-        for line in lines:
-            sock.sendall(line)
-            answers.append(reader.readline())
-        return answers
 
 
 @pytest.mark.parametrize("direct", [True, False], ids=["direct", "forwarded"])
@@ -43,11 +32,11 @@ def test_every_transition_is_a_line_naming_its_client(tmp_path, direct):
             client.fail(job.id, b"boom")                  # final: max-fails 0
             client.add(ID % 2, "hq", b"x", 60_000, 86_400_000)
             client.delete(ID % 2)
-        added, reserved = takeanumber(proc.ports["takeanumber"], b"ADD tq 0 hello\r\n",
+        added, reserved = line_exchange(proc.ports["takeanumber"], b"ADD tq 0 hello\r\n",
                                       b"RESERVE tq\r\n")
         tid = added[1:].strip().decode()
         assert reserved.startswith(b"+" + tid.encode())
-        takeanumber(proc.ports["takeanumber"], f"DONE tq {tid}\r\n".encode())
+        line_exchange(proc.ports["takeanumber"], f"DONE tq {tid}\r\n".encode())
         wait_for(lambda: len(history(data)) >= 7, 10, lambda: f"the history: {history(data)}")
     records = history(data)
     assert all(r["v"] == 1 for r in records)

@@ -151,3 +151,15 @@ def server_stat(w: Wire, key: str) -> int:
     router's clients) or ``evicted-jobs``."""
     reply = w.call(b"inspect server\r\n")
     return int(reply.split(f"{key} ".encode())[1].split(b"\r\n")[0])
+
+
+def line_exchange(port: int, *lines: bytes) -> list:
+    """Send each line on one new connection and read one answer line after
+    each (takeanumber and other line protocols)."""
+    with socket.create_connection(("127.0.0.1", port), 5) as sock:
+        reader = sock.makefile("rb")
+        answers = []
+        for line in lines:
+            sock.sendall(line)
+            answers.append(reader.readline())
+        return answers

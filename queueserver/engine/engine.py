@@ -616,15 +616,7 @@ class Engine:
         job = Job(id, number, queue.name, payload, priority=priority, ttr=ttr, ttl=ttl,
                   max_attempts=max_attempts, max_fails=max_fails, created=now, sched=sched,
                   foreground=foreground, scheduled=sched is not None)
-        queue.jobs += 1
-        self.jobs[id] = job
-        if self.by_number is not None:
-            self.by_number[number] = job
-        self._fx.placed.append(id)
-        if number > self.last_number:
-            self.last_number = number
-        if ttl:
-            self._start_ttl(job)
+        self._register(job, queue)
         if sched is not None and sched > now:
             queue.sleep(job)
             job.timer = self.timers.add(Timer(sched, T_WAKE, job))
@@ -637,11 +629,7 @@ class Engine:
         job = Job(id, number, queue.name, payload, priority=priority, ttr=ttr,
                   max_attempts=J.UNLIMITED_ATTEMPTS, created=order[2], sched=order[1])
         job.order = tuple(order)
-        queue.jobs += 1
-        self.jobs[id] = job
-        if self.by_number is not None:
-            self.by_number[number] = job
-        self._fx.placed.append(id)
+        self._register(job, queue)
         queue.push(job)
         self._offer(queue, now)
 
@@ -656,15 +644,7 @@ class Engine:
         job.attempts = attempts
         if fails:
             job.fails = fails
-        queue.jobs += 1
-        self.jobs[id] = job
-        if self.by_number is not None:
-            self.by_number[number] = job
-        self._fx.placed.append(id)
-        if number > self.last_number:
-            self.last_number = number
-        if ttl:
-            self._start_ttl(job)
+        self._register(job, queue)
         job.state = state
         if job.finished:
             job.result = result
@@ -683,6 +663,20 @@ class Engine:
     def _ev_counters(self, last_number, evicted) -> None:
         self.last_number = max(self.last_number, last_number)
         self.evicted = evicted
+
+    def _register(self, job: Job, queue: JobQueue) -> None:
+        """A new job joins the shard (not yet any line): counted, found by id
+        (and number), reported as placed; its TTL starts."""
+        queue.jobs += 1
+        self.jobs[job.id] = job
+        number = job.number
+        if self.by_number is not None:
+            self.by_number[number] = job
+        self._fx.placed.append(job.id)
+        if number > self.last_number:
+            self.last_number = number
+        if job.ttl:
+            self._start_ttl(job)
 
     def _start_ttl(self, job: Job) -> None:
         self.timers.add(job)  # its due follows from its schedule and TTL
