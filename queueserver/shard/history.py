@@ -37,6 +37,7 @@ import gevent
 from gevent.event import Event
 
 from ..engine.job import COMPLETED, FAILED, LEASED
+from ..store.segments import write_all
 
 log = logging.getLogger("queueserver.shard")
 
@@ -135,7 +136,7 @@ class HistoryWriter:
             if self._file is None or self._file_bytes >= self.rotate_bytes \
                     or time.monotonic() - self._file_started >= self.rotate_seconds:
                 self._rotate()
-            gevent.get_hub().threadpool.apply(_write_all, (self._file, data))
+            gevent.get_hub().threadpool.apply(write_all, (self._file, data))
             self._file_bytes += len(data)
             self.records += data.count(b"\n")
         except OSError as err:
@@ -167,9 +168,3 @@ class HistoryWriter:
 
 def _str(value: Optional[str]) -> str:
     return "null" if value is None else f'"{value}"'
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]

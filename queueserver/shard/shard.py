@@ -158,8 +158,8 @@ class Shard:
         os.chmod(self.path, 0o600)
         listener.listen(64)
         log.info("shard %d listening on %s (pid %d)", self.index, self.path, os.getpid())
-        with open(self.path + ".ready", "w"):
-            pass   # the supervisor publishes the ports once every shard is ready
+        # The supervisor publishes the ports once every shard is ready.
+        open(self.path + ".ready", "w").close()
         gevent.spawn(self._timer_loop)
         while True:
             sock, _ = listener.accept()

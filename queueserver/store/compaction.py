@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Tuple
 import gevent
 
 from . import format as F
-from .segments import TMP_SUFFIX, fsync_dir, segment_name
+from .segments import TMP_SUFFIX, abandon, fsync_dir, segment_name, write_all
 
 MIB = 1024 * 1024
 DEFAULT_MIN_BYTES = 64 * MIB
@@ -46,12 +46,6 @@ def _direct(func: Callable[..., Any], *args: Any) -> Any:
     return func(*args)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
 def write_snapshot(directory: str, shard: int, shards: int, seq: int, records: Iterable[Any],
                    created_us: int, run: Runner = _direct, chunk_records: int = 1000,
                    pause: Callable[[], Any] = gevent.sleep) -> Tuple[str, int, int]:
@@ -72,19 +66,15 @@ def write_snapshot(directory: str, shard: int, shards: int, seq: int, records: I
             chunk += F.encode_record(record)
             count += 1
             if count % chunk_records == 0:
-                run(_write_all, fd, bytes(chunk))
+                run(write_all, fd, bytes(chunk))
                 size += len(chunk)
                 chunk.clear()
                 pause()
-        run(_write_all, fd, bytes(chunk))
+        run(write_all, fd, bytes(chunk))
         size += len(chunk)
         run(os.fsync, fd)
     except BaseException:
-        os.close(fd)
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        abandon(fd, tmp)
         raise
     os.close(fd)
     return tmp, size, count

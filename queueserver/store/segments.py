@@ -53,6 +53,13 @@ def fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until all of ``data`` is written (a write may be short)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def make_dirs(directory: str) -> None:
     """Create ``directory`` and its missing parents, durably (each new entry's
     parent fsynced), so a power loss cannot take a fresh shard directory away."""
@@ -76,20 +83,23 @@ def create_segment(directory: str, seq: int, header: bytes) -> int:
     tmp = path + TMP_SUFFIX
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
-        view = memoryview(header)
-        while view:
-            view = view[os.write(fd, view):]
+        write_all(fd, header)
         os.fsync(fd)
         os.rename(tmp, path)
         fsync_dir(directory)
     except BaseException:
-        os.close(fd)
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        abandon(fd, tmp)
         raise
     return fd
+
+
+def abandon(fd: int, tmp: str) -> None:
+    """Close and remove a temporary file that could not be finished."""
+    os.close(fd)
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
 
 
 def remove_segments(directory: str, paths: List[str]) -> None:
