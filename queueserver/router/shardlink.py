@@ -93,16 +93,20 @@ class ShardLink:
                 sock.close()
                 gevent.sleep(RECONNECT_DELAY)
                 continue
+            except BaseException:   # stopped (killed) while connecting
+                sock.close()
+                raise
             # Frames from a shard are handled before client requests that
             # arrive in the same loop turn: a shard's note of a job it made
             # directly is seen before a request its client sent after.
             sock._read_event.priority = LINK_PRIORITY
             channel = FrameChannel(sock)
             self.channel = channel
-            log.info("connected to shard %d at %s", self.index, self.path)
-            reader = self._open_handoffs()
-            self._on_up(self)
-            try:
+            reader = None
+            try:   # from here on, whatever ends the link (a kill too) closes it
+                log.info("connected to shard %d at %s", self.index, self.path)
+                reader = self._open_handoffs()
+                self._on_up(self)
                 channel.receive(self._handle)
             except Exception:  # an undecodable stream: drop the link and reconnect
                 log.exception("shard %d sent what cannot be decoded", self.index)
