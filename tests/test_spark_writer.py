@@ -2,6 +2,7 @@
 SparkSession, including a task that fails mid-partition and is retried by Spark."""
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -15,7 +16,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
-from queueserver.client import Client, NotFound, TimedOut
+from queueserver.client import Client, Job, NotFound, TimedOut
+from queueserver.client.client import _job, _Request
 from queueserver.spark import (DEFAULT_NAMESPACE, QueueDataSource, QueueWriteError, QueueWriter,
                                WriteOptions, enqueue_dataframe, job_id)
 from queueserver.spark.datasource import DEFAULT_TTL, DEFAULT_TTR, check_queue_name, summarize
@@ -52,6 +54,22 @@ def drain(client: Client, queue: str) -> list:
         try:
             jobs.append(client.lease(queue, 0))
         except TimedOut:
+            return jobs
+
+
+def drain_pipelined(client: Client, queue: str, per_write: int = 500) -> list:
+    """:func:`drain` for many jobs: ``per_write`` leases (wait 0) leave in one
+    write and their answers are read in order, until a write's answers hold a
+    ``TimedOut`` (the queue had no ready job left). The client's pipeline has
+    no lease, so this builds the requests as :meth:`Client.lease` does."""
+    request = _Request(f"lease {queue} 0\r\n".encode(), _job)
+    jobs = []
+    while True:
+        answers = client._exchange([request] * per_write)
+        refused = [a for a in answers if not isinstance(a, (Job, TimedOut))]
+        assert not refused, f"lease answered {refused[0]!r}"
+        jobs += [a for a in answers if isinstance(a, Job)]
+        if any(isinstance(a, TimedOut) for a in answers):   # nothing was ready any more
             return jobs
 
 
@@ -286,3 +304,45 @@ def test_throughput_of_100k_rows_of_100_bytes(spark, server, client):
     assert client.inspect_queue(queue)["ready-len"] == n
     info = client.inspect_job(job_id(n - 1, namespace))
     assert info["payload"] == str(n - 1).rjust(100, "x").encode()
+
+
+def test_100k_rows_drained_back_exactly_once_and_a_second_write_adds_nothing(spark, server, client):
+    """Every row of a 100,000-row, 4-partition write is on the server once: draining
+    the queue leases exactly its payloads, each under the job id of its key; the
+    same DataFrame written again is 100,000 duplicates and leaves nothing to lease."""
+    n, queue, namespace = 100_000, new_queue("drain"), uuid.uuid4()
+    df = spark.range(n, numPartitions=4).select(
+        F.format_string("key-%d", "id").alias("key"),
+        F.format_string("%s payload of row %d", F.sha2(F.col("id").cast("string"), 256), "id").alias("payload"))
+    options = dict(port=server.ports["workq"], queue=queue, key_column="key", namespace=namespace,
+                   ttr=600_000, batch=500)   # leases that outlive the test: the jobs stay leased
+    started = time.monotonic()
+    first = enqueue_dataframe(df, **options)
+    wrote = time.monotonic()
+    assert {k: first[k] for k in ("rows", "added", "duplicates", "partitions")} == \
+        {"rows": n, "added": n, "duplicates": 0, "partitions": 4}
+
+    leased = drain_pipelined(client, queue)
+    drained = time.monotonic()
+    expected = {job_id(f"key-{i}", namespace):
+                f"{hashlib.sha256(str(i).encode()).hexdigest()} payload of row {i}".encode() for i in range(n)}
+    # Counts and a few examples, not pytest's diff of two 100,000-entry dicts.
+    assert len(leased) == n
+    assert len({job.id for job in leased}) == n               # no job leased twice
+    assert {job.name for job in leased} == {queue}
+    by_id = {job.id: job.payload for job in leased}
+    missing, unknown = sorted(expected.keys() - by_id.keys()), sorted(by_id.keys() - expected.keys())
+    wrong = sorted(id for id in by_id.keys() & expected.keys() if by_id[id] != expected[id])
+    assert (len(missing), len(unknown), len(wrong)) == (0, 0, 0), \
+        f"ids not job_id(key, namespace) (missing e.g. {missing[:3]}, unknown e.g. {unknown[:3]}) " \
+        f"or payloads under another row's key (e.g. {[(id, by_id[id]) for id in wrong[:3]]})"
+    assert client.inspect_queue(queue)["ready-len"] == 0
+
+    again = enqueue_dataframe(df, **options)
+    rewrote = time.monotonic()
+    assert {k: again[k] for k in ("rows", "added", "duplicates", "partitions")} == \
+        {"rows": n, "added": 0, "duplicates": n, "partitions": 4}
+    assert client.inspect_queue(queue)["ready-len"] == 0
+    assert len(drain_pipelined(client, queue)) == 0
+    print(f"\n100k rows: written in {wrote - started:.2f} s, drained in {drained - wrote:.2f} s "
+          f"({n / (drained - wrote):,.0f} leases/s), written again (all duplicates) in {rewrote - drained:.2f} s")
