@@ -48,5 +48,9 @@ loadtest: dev
 bench: venv
 	$(BIN)/python loadtests/bench.py $(ARGS)
 
+# queueserver history (10M events, full and incremental) and the DataFrame writer on local[*]; ARGS="--quick" for 200k.
+bench-spark: dev
+	$(BIN)/python loadtests/history_bench.py $(ARGS)
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache loadtests/.peers
