@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: run test venv dev clean loadtest bench crash-test
+.PHONY: run test venv dev clean loadtest bench crash-test bench-spark
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

@@ -127,7 +127,11 @@ def read(spark: SparkSession, plan: Plan) -> Batch:
     files = files.select("path", "mtime", "size", "start", F.split(
         F.substring("content", F.col("start") + 1, F.col("size") - F.col("start")).cast("string"),
         "\n", -1).alias("lines"))
-    lines = files.select("path", "mtime", "size", "start", F.size("lines").alias("n"),
+    # The line count is its own column before the explode: taken in the same
+    # select, Spark computes it after, and every exploded row then carries
+    # its file's whole array of lines (memory grows with lines squared).
+    files = files.select("path", "mtime", "size", "start", "lines", F.size("lines").alias("n"))
+    lines = files.select("path", "mtime", "size", "start", "n",
                          F.posexplode("lines").alias("pos", "line"))
     return Batch(_classified(lines).persist(StorageLevel.MEMORY_AND_DISK))
 
