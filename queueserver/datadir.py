@@ -16,6 +16,7 @@ import os
 from typing import Optional
 
 from .dirlock import DirectoryBusy, lock_directory
+from .store import shard_dir
 
 LAYOUT_FILE = "layout.json"
 LAYOUT_FORMAT = 1
@@ -24,10 +25,6 @@ HASH_RULE = "xxh64(name) % shards"
 
 class LayoutError(Exception):
     """The data directory cannot be used as asked (one line saying why and what to do)."""
-
-
-def shard_dir(data_dir: str, index: int) -> str:
-    return os.path.join(data_dir, f"shard-{index}")
 
 
 def read_layout(data_dir: str) -> Optional[dict]:

@@ -362,6 +362,8 @@ def main(argv=None) -> None:
     server.kill()
     if shard.history is not None:
         shard.history.close()
+        log.info("shard %d history: %d records written, %d write errors", args.index,
+                 shard.history.records, shard.history.write_errors)
     if shard.durability is not None:
         shard.durability.close()
         stats = shard.durability.stats()
