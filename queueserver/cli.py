@@ -12,7 +12,7 @@ import sys
 from typing import Any, List, NoReturn, Optional
 
 from . import __version__
-from .config import CODEC_OPTIONS, LISTENER, LOG_LEVELS, SERVER, Config, ConfigError, Setting
+from .config import CODEC_OPTIONS, DEFAULT_METRICS_PORT, LISTENER, LOG_LEVELS, SERVER, Config, ConfigError, Setting
 from .protocols import DEFAULT_PORTS
 
 PROG = "queueserver"
@@ -53,6 +53,11 @@ def _serve_parser(sub: Any) -> None:
                        help=f"{name} protocol port (default {port}; 0 picks a free port)")
         p.add_argument(f"--no-{name}", action="store_true", dest=f"no_{name}",
                        help=f"do not listen for the {name} protocol")
+    p.add_argument("--metrics-port", type=int, metavar="PORT", dest="metrics_port",
+                   help=f"HTTP port of /metrics (Prometheus) and /status (JSON) (default "
+                        f"{DEFAULT_METRICS_PORT}; 0 picks a free port)")
+    p.add_argument("--no-metrics", action="store_true", dest="no_metrics",
+                   help="serve no /metrics or /status")
     for protocol, options in CODEC_OPTIONS.items():
         for key, setting in options.items():
             _add_flag(p, setting, f"{protocol}_{key}")
@@ -129,6 +134,10 @@ def build_config(args: argparse.Namespace) -> Config:
             value = getattr(args, f"{name}_{key}")
             if value is not None:
                 listener.options[key] = setting.check(setting.flag, value)
+    if args.metrics_port is not None:
+        config.metrics.port = LISTENER["port"].check("--metrics-port", args.metrics_port)
+    if args.no_metrics:
+        config.metrics.enabled = False
     return config
 
 

@@ -36,6 +36,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from .protocols import DEFAULT_PORTS
 
+DEFAULT_METRICS_PORT = 9470
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 FSYNC_POLICIES = ("always", "interval", "never")
 
@@ -79,6 +80,9 @@ KINDS: Dict[str, Tuple[Callable[[Any], bool], str]] = {
     "float": (lambda v: (_is_int(v) or isinstance(v, float)) and math.isfinite(v), "a number of {unit}"),
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "path": (lambda v: isinstance(v, str) and v != "", "a directory path (a non-empty string)"),
+    "file": (lambda v: isinstance(v, str) and v != "", "a file path (a non-empty string)"),
+    "name": (lambda v: isinstance(v, str) and v != "" and v.isprintable() and " " not in v,
+             "a name (a non-empty string with no spaces)"),
     "port": (lambda v: _is_int(v) and 0 <= v <= 65535, "a port number from 0 to 65535 (0 picks a free port)"),
     "address": (_is_address, "an IP address such as 127.0.0.1, 0.0.0.0 or :: (or localhost)"),
     "level": (lambda v: isinstance(v, str) and v.lower() in LOG_LEVELS, f"one of {', '.join(LOG_LEVELS)}"),
@@ -159,6 +163,11 @@ SERVER: Dict[str, Setting] = {
     "compact_after_bytes": Setting("int", 4096, "bytes", flag="--compact-after-bytes", metavar="BYTES",
                                    help="rewrite a shard's log as its live jobs once it is larger than "
                                         "BYTES and twice its last rewrite (default 67108864)"),
+    "cluster": Setting("file", flag="--cluster", metavar="FILE",
+                       help="run as one node of the cluster this TOML file describes (its nodes, "
+                            "shards, addresses and shared secret); needs --node and a data directory"),
+    "node": Setting("name", flag="--node", metavar="NAME",
+                    help="which node of the --cluster file this server is"),
     "queue_idle_timeout": Setting("float", 0, "seconds", "0 never removes idle queues",
                                   flag="--queue-idle-timeout", metavar="SECONDS",
                                   help="an empty queue nobody waits on is removed after SECONDS "
@@ -174,6 +183,7 @@ LISTENER: Dict[str, Setting] = {
 
 #: Codec options each protocol section may add; they reach the protocol's codec.
 CODEC_OPTIONS: Dict[str, Dict[str, Setting]] = {name: {} for name in DEFAULT_PORTS}
+CODEC_OPTIONS["metrics"] = {}   # [metrics] is a listener too (HTTP), with no codec
 CODEC_OPTIONS["takeanumber"] = {
     "reservation_timeout": Setting("int", 0, "ms", "0 never times out", flag="--reservation-timeout",
                                    metavar="MS", help="takeanumber: a reserved job returns to its queue "
@@ -252,8 +262,12 @@ class Config:
     history: bool = True
     #: server-wide keys set by the file or a flag, not left at their default
     explicit: set = field(default_factory=set, compare=False, repr=False)
+    cluster: Optional[str] = None
+    node: Optional[str] = None
     listeners: Dict[str, Listener] = field(
         default_factory=lambda: {name: Listener(port=port) for name, port in DEFAULT_PORTS.items()})
+    #: ``[metrics]``: the HTTP port of ``/metrics`` (Prometheus) and ``/status`` (JSON)
+    metrics: Listener = field(default_factory=lambda: Listener(port=DEFAULT_METRICS_PORT))
 
     @classmethod
     def load(cls, path: Optional[str]) -> "Config":
@@ -282,8 +296,9 @@ class Config:
         """Apply a parsed TOML document, checking every key."""
         server = _table("server", data.get("server", {}))
         for key in data:
-            if key not in ("server", "history") and key not in SERVER and key not in self.listeners:
-                raise unknown_key(key, ["server", "history", *SERVER, *self.listeners])
+            if key not in ("server", "history", "metrics") and key not in SERVER \
+                    and key not in self.listeners:
+                raise unknown_key(key, ["server", "history", "metrics", *SERVER, *self.listeners])
         history = _table("history", data.get("history", {}))
         for key, value in history.items():
             if key != "enabled":
@@ -305,6 +320,8 @@ class Config:
         for name, listener in self.listeners.items():
             if name in data:
                 listener.update(name, _table(name, data[name]))
+        if "metrics" in data:
+            self.metrics.update("metrics", _table("metrics", data["metrics"]))
 
     def router_options(self) -> Dict[str, Dict[str, Any]]:
         """Codec options of every enabled protocol, ``max_payload`` included."""

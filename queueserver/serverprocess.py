@@ -82,7 +82,9 @@ class ServerProcess:
         for name in DEFAULT_PORTS:
             enabled = self.protocols is None or name in self.protocols
             argv += [f"--{name}-port", "0"] if enabled else [f"--no-{name}"]
-        return argv + self.extra
+        # The metrics port too is the kernel's pick (ports.json names it), so
+        # that servers of tests running at once never collide on the default.
+        return argv + ["--metrics-port", "0"] + self.extra
 
     def start(self) -> "ServerProcess":
         """Start the server and wait until it serves; :class:`ServerStartError`
