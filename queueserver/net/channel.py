@@ -8,8 +8,13 @@ write that the kernel accepts at once. Only when a peer's socket buffer is
 full does that writer get a greenlet of its own to wait, so a slow or
 vanished peer stalls nobody else.
 
-:class:`FrameChannel` carries msgpack frames (never pickle) both ways over the
-router<->shard Unix socket: many requests in flight, answered out of order.
+:class:`FrameChannel` carries msgpack frames (never pickle) both ways over a
+router<->shard link: many requests in flight, answered out of order.
+
+Both also work over gevent's TLS sockets (links between hosts), told apart
+once, when a reader or writer is made: there the SSL object, not the OS
+socket, must see every byte, so reads use the TLS socket's own ``recv`` and
+writes go through the writer's greenlet (``sendall``), never from the hub.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import socket
 from typing import Any, Callable, Iterator, List, Optional
 
 import gevent
+import gevent.ssl
 import msgpack
 
 log = logging.getLogger(__name__)
@@ -37,10 +43,25 @@ def _flush_pending() -> None:
         writer._flush()
 
 
-def received(sock) -> Iterator[bytes]:
-    """What arrives on a gevent socket, chunk by chunk, until EOF or an error.
+def _is_tls(sock) -> bool:
+    return isinstance(sock, gevent.ssl.SSLSocket)
 
-    After a short read the socket is almost surely drained, so it waits for
+
+def _not_sent(data: bytes) -> int:
+    """A TLS writer's "send" in the hub: nothing, so its greenlet sends it all."""
+    return 0
+
+
+def received(sock) -> Iterator[bytes]:
+    """What arrives on a gevent socket (plain or TLS), chunk by chunk, until
+    EOF or an error."""
+    if _is_tls(sock):
+        return _received_tls(sock)
+    return _received_plain(sock)
+
+
+def _received_plain(sock) -> Iterator[bytes]:
+    """After a short read the socket is almost surely drained, so it waits for
     readability *before* reading again, sparing the recv that gevent's own
     ``recv`` would try first and see fail with EAGAIN on every request.
     """
@@ -64,14 +85,36 @@ def received(sock) -> Iterator[bytes]:
             return
 
 
+def _received_tls(sock) -> Iterator[bytes]:
+    """Decrypted bytes from a gevent TLS socket, until EOF or an error.
+
+    No waiting first here: the SSL object may hold decrypted bytes already
+    (``sock.pending()``) or a record read off the OS socket in part, and
+    the OS socket would then never turn readable for them. The TLS socket's
+    ``recv`` takes what the SSL object has and waits (cooperatively) only
+    when it needs more from the network.
+    """
+    recv = sock.recv
+    while True:
+        try:
+            data = recv(RECV_SIZE)
+        except (OSError, ValueError):  # ValueError: closed or unwrapped under us
+            return
+        if not data:
+            return
+        yield data
+
+
 class BatchWriter:
-    __slots__ = ("sock", "_raw", "chunks", "queued", "closed", "_closing",
+    __slots__ = ("sock", "_send", "chunks", "queued", "closed", "_closing",
                  "_greenlet", "_on_error", "_on_drained", "_listed", "first")
 
     def __init__(self, sock, on_error: Optional[Callable[[], None]] = None,
                  on_drained: Optional[Callable[[], None]] = None) -> None:
         self.sock = sock
-        self._raw = sock._sock     # the non-blocking OS socket inside gevent's socket
+        # The non-blocking send of the OS socket inside gevent's socket; a
+        # TLS socket must encrypt, which may wait: all goes to _drain.
+        self._send = _not_sent if _is_tls(sock) else sock._sock.send
         self.chunks: List[bytes] = []
         self.queued = 0            # bytes waiting to be sent
         self.closed = False
@@ -126,7 +169,7 @@ class BatchWriter:
             data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             chunks.clear()
             try:
-                sent = self._raw.send(data)
+                sent = self._send(data)
             except BlockingIOError:
                 sent = 0
             except OSError:
@@ -170,6 +213,10 @@ class BatchWriter:
 
     def _shut(self) -> None:
         self.closed = True
+        if self._send is _not_sent:
+            # TLS has no half-close: shutdown() would drop the SSL object
+            # and leave a reader with ciphertext. The owner's close ends it.
+            return
         try:
             self.sock.shutdown(socket.SHUT_WR)  # all queued bytes were sent
         except OSError:
