@@ -13,14 +13,14 @@ DEPLOY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deploy"
 def _unit() -> configparser.ConfigParser:
     unit = configparser.ConfigParser(strict=False, interpolation=None)
     unit.optionxform = str
-    unit.read(os.path.join(DEPLOY, "queueserver.service"))
+    unit.read(os.path.join(DEPLOY, "systemd", "queueserver.service"))
     return unit
 
 
 def test_the_unit_user_and_runtime_directory_match_the_config(tmp_path):
     unit = _unit()
     service = unit["Service"]
-    with open(os.path.join(DEPLOY, "queueserver.service")) as f:
+    with open(os.path.join(DEPLOY, "systemd", "queueserver.service")) as f:
         text = f.read()
     # The user the unit runs as is the one its install notes create.
     assert f"useradd --system --no-create-home --shell /usr/sbin/nologin {service['User']}" in text
