@@ -12,6 +12,7 @@ import sys
 from typing import Any, List, NoReturn, Optional
 
 from . import __version__
+from .cluster import command as cluster_command
 from .config import CODEC_OPTIONS, DEFAULT_METRICS_PORT, LISTENER, LOG_LEVELS, SERVER, Config, ConfigError, Setting
 from .protocols import DEFAULT_PORTS
 
@@ -145,10 +146,11 @@ def build_parser() -> ArgumentParser:
     """The whole command line: ``serve``, ``worker`` and ``history``."""
     parser = ArgumentParser(prog=PROG, description="A multi-protocol job queue server.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,worker}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,worker,history,cluster}")
     _serve_parser(sub)
     _worker_parser(sub)
     _history_parser(sub)
+    cluster_command.add_parser(sub)
     return parser
 
 
@@ -158,6 +160,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return _work(args)
     if args.command == "history":
         return _history(args)
+    if args.command == "cluster":
+        return cluster_command.run(args)
     serve = f"{PROG} serve"
     try:
         config = build_config(args)

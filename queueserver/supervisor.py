@@ -25,7 +25,9 @@ import tempfile
 import time
 from typing import Dict, List, Optional
 
-from .config import Config
+from .cluster.clusterfile import ClusterError, ClusterSpec, load_cluster
+from .config import DEFAULT_METRICS_PORT, Config
+from .protocols import DEFAULT_PORTS
 from .datadir import DataDir, LayoutError
 from .dirlock import DirectoryBusy, lock_directory
 from .lifecycle import EXIT_REFUSED
@@ -166,6 +168,8 @@ class Supervisor:
         self.data: Optional[DataDir] = DataDir(config.data_dir) if config.durable else None
         self.listeners: Dict[str, socket.socket] = {}
         self._failure: Optional[StartupError] = None   # a child that must not be restarted
+        #: in a cluster: the cluster file and this node's entry (None: one host)
+        self.cluster: Optional[ClusterSpec] = None
 
     @property
     def runtime_dir(self) -> str:
@@ -186,7 +190,9 @@ class Supervisor:
                               "--compact-after-bytes", str(config.compact_after_bytes)]
                              if self.data else [])
                           + (["--history-dir", self.data.history_dir(i)]
-                             if config.keeps_history else []))
+                             if config.keeps_history else [])
+                          + (["--cluster", self.cluster.path, "--node", config.node]
+                             if self.cluster is not None else []))
                     for i, path in enumerate(sockets)]
         fds = {name: sock.fileno() for name, sock in self.listeners.items()}
         for i in range(config.routers):
@@ -201,11 +207,49 @@ class Supervisor:
                 "routers": config.routers,
                 "ready_file": self.runtime.file(f"router-{i}.ready"),
             }
+            if self.cluster is not None:
+                router_config["cluster"] = {"file": self.cluster.path, "node": config.node}
             name = "router" if config.routers == 1 else f"router-{i}"
             children.append(Child(name, [python, "-m", "queueserver.router",
                                          "--config", json.dumps(router_config), "--log-level", level],
                                   pass_fds=tuple(fds.values())))
         return children
+
+    def _join_cluster(self) -> None:
+        """Take this node's shards, addresses and ports from the cluster file
+        (flags and the config file still choose where they differ from the
+        defaults)."""
+        config = self.config
+        try:
+            spec = load_cluster(config.cluster)
+            if config.node is None:
+                raise ClusterError(f"--cluster needs --node: which of the nodes of {config.cluster} "
+                                   f"({', '.join(n.name for n in spec.nodes)}) this server is")
+            node = spec.node(config.node)
+        except ClusterError as err:
+            raise StartupError(str(err)) from None
+        if node.removed:
+            raise StartupError(f"node {node.name} is marked removed in {spec.path}; its slots went to "
+                               f"other nodes (remove the mark and run `queueserver cluster add-node` "
+                               f"to bring it back)")
+        if not config.durable:
+            raise StartupError("a cluster node needs a data directory (--data-dir): which slots its "
+                               "shards own is kept in their logs")
+        if "shards" in config.explicit and config.shards != node.shards:
+            raise StartupError(f"node {node.name} has {node.shards} shards in {spec.path}, not "
+                               f"{config.shards}; drop --shards (the cluster file decides)")
+        config.shards = node.shards
+        config.explicit.add("shards")
+        if "bind" not in config.explicit:
+            config.bind = node.bind or node.host
+        for name, port in node.ports.items():
+            if config.listeners[name].port == DEFAULT_PORTS[name]:
+                config.listeners[name].port = port
+        if node.metrics_port is not None and config.metrics.port == DEFAULT_METRICS_PORT:
+            config.metrics.port = node.metrics_port
+        self.cluster = spec
+        log.info("node %s of cluster %s: %d shards, shard links on %s:%d..%d", node.name, spec.path,
+                 node.shards, node.host, node.link_port, node.link_port + node.shards - 1)
 
     def _bind(self) -> None:
         """Bind and listen on every enabled protocol's port."""
@@ -239,6 +283,8 @@ class Supervisor:
         having touched nothing another server could be using."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        if self.config.cluster is not None:
+            self._join_cluster()
         self.runtime.acquire()
         try:
             if self.data is not None:

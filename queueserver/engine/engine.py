@@ -67,7 +67,9 @@ from .jobqueue import JobQueue, digest
 from .status import (
     CLIENT_ERROR, NOT_FOUND, OK, TIMEOUT, EngineError, Reply, client_error, not_found, server_error,
 )
+from .ownership import SlotOwnership
 from .timers import Timer, Timers
+from ..cluster.slots import from_ranges, slot_of
 
 MS = 1000  # microseconds per millisecond
 
@@ -123,6 +125,8 @@ class Engine:
         self._lessee: Any = None    # the token of the request the lease under way goes to
         self.evicted = 0
         self.last_number = 0
+        #: in a cluster: the slots this shard serves and gives away (None: one host)
+        self.slots: Optional[SlotOwnership] = None
 
     # ------------------------------------------------------------------ entry
     def execute(self, op: str, args: Sequence[Any], now: int, token: Any = None) -> Effects:
@@ -274,9 +278,14 @@ class Engine:
         self.apply(("delete", id))
         return [OK, None]
 
-    def _delete_number(self, now: int, token: Any, number: int) -> Reply:
+    def has_number(self, number: int) -> bool:
+        """Whether a job numbered ``number`` is here."""
         if self.by_number is None:
             self.by_number = {job.number: job for job in self.jobs.values()}
+        return number in self.by_number
+
+    def _delete_number(self, now: int, token: Any, number: int) -> Reply:
+        self.has_number(number)
         job = self.by_number.get(number)
         if job is None:
             raise not_found()
@@ -563,10 +572,11 @@ class Engine:
         history = fx.history
         at = len(history)
         history.append(None)
-        job = self.jobs.get(event[1]) if len(event) > 1 else None
+        key = event[1] if len(event) > 1 and event[1].__class__ is str else None   # a job's id
+        job = self.jobs.get(key) if key is not None else None
         self._events[event[0]](self, *event[1:])
-        if job is None:
-            job = self.jobs.get(event[1]) if len(event) > 1 else None
+        if job is None and key is not None:
+            job = self.jobs.get(key)
         if job is None:
             del history[at]
             return
@@ -598,15 +608,24 @@ class Engine:
         """Events that rebuild this state exactly (a compacted log's base):
         the counters, every queue, and one ``job`` event per job."""
         yield ("counters", self.last_number, self.evicted)
+        if self.slots is not None:
+            yield from self.slots.snapshot()
         for name in self.queues:
             yield ("queue", name)
         for job in self.jobs.values():
-            timer = job.timer
-            sleeping = timer is not None and timer.kind == T_WAKE
-            yield ("job", job.id, job.number, job.name, job.payload, job.priority, job.ttr,
-                   job.ttl, job.max_attempts, job.max_fails, job.created, job.sched,
-                   job.foreground, job.scheduled, job.state, job.attempts, job.fails,
-                   job.result if job.finished else None, sleeping)
+            yield self.job_event(job)
+
+    @staticmethod
+    def job_event(job: Job) -> Event:
+        """The ``job`` event that makes ``job`` again as it is, its lease's
+        deadline included (a snapshot's entry, and a job moving to another shard)."""
+        timer = job.timer
+        sleeping = timer is not None and timer.kind == T_WAKE
+        lease_due = timer.due if timer is not None and timer.kind == T_TTR else None
+        return ("job", job.id, job.number, job.name, job.payload, job.priority, job.ttr,
+                job.ttl, job.max_attempts, job.max_fails, job.created, job.sched,
+                job.foreground, job.scheduled, job.state, job.attempts, job.fails,
+                job.result if job.finished else None, sleeping, lease_due)
 
     def _ev_add(self, id, number, name, payload, priority, ttr, ttl, max_attempts, max_fails,
                 now, sched, foreground) -> None:
@@ -635,8 +654,9 @@ class Engine:
 
     def _ev_job(self, id, number, name, payload, priority, ttr, ttl, max_attempts, max_fails,
                 created, sched, foreground, scheduled, state, attempts, fails, result,
-                sleeping) -> None:
-        """One job as :meth:`snapshot` saw it."""
+                sleeping, lease_due=None) -> None:
+        """One job as :meth:`snapshot` saw it (logs written before leases'
+        deadlines were kept lack ``lease_due``)."""
         queue = self._queue(name)
         job = Job(id, number, queue.name, payload, priority=priority, ttr=ttr, ttl=ttl,
                   max_attempts=max_attempts, max_fails=max_fails, created=created, sched=sched,
@@ -649,7 +669,9 @@ class Engine:
         if job.finished:
             job.result = result
         elif state == J.LEASED:
-            if ttr:   # the lease's start is not kept: it runs a whole TTR from here
+            if lease_due is not None:
+                job.timer = self.timers.add(Timer(lease_due, T_TTR, job))
+            elif ttr:   # the lease's deadline is not known: it runs a whole TTR from here
                 job.timer = self.timers.add(Timer(self.now + ttr * MS, T_TTR, job))
         elif sleeping:
             queue.sleep(job)
@@ -756,7 +778,12 @@ class Engine:
         self._requeue(job, now)
 
     def _ev_delete(self, id) -> None:
-        job = self.jobs.pop(id)
+        self._remove(self.jobs[id], [NOT_FOUND, ""])
+
+    def _remove(self, job: Job, to_waiters: Reply) -> None:
+        """Take ``job`` off the shard; whoever waits for its result gets ``to_waiters``."""
+        id = job.id
+        del self.jobs[id]
         if self.by_number is not None:
             del self.by_number[job.number]
         queue = self.queues[job.name]
@@ -769,7 +796,7 @@ class Engine:
         self._fx.forgotten.append(id)
         waiting = self.result_waiters.get(id)
         for waiter in list(waiting or ()):
-            self._reply(waiter, [NOT_FOUND, ""])
+            self._reply(waiter, to_waiters)
 
     def _ev_evict(self, id, now) -> None:
         job = self.jobs[id]
@@ -777,13 +804,98 @@ class Engine:
             self.evicted += 1
         self._ev_delete(id)
 
+    # ---------------------------------------------------- slots (a cluster)
+    def _ev_own(self, ranges, epoch) -> None:
+        if self.slots is None:
+            self.slots = SlotOwnership()
+        self.slots.own(ranges, epoch)
+
+    def _ev_moving(self, ranges, target, epoch) -> None:
+        self.slots.begin(ranges, target, epoch)
+
+    def _ev_export(self, id, epoch) -> None:
+        """A job of a slot being given away is set aside, out of every line
+        and timer: nothing here changes it any more."""
+        job = self.jobs[id]
+        self._ev_exported(epoch, self.job_event(job))
+        self._remove(job, [TIMEOUT, ""])
+
+    def _ev_exported(self, epoch, event) -> None:
+        move = self.slots.moves[epoch]
+        move.jobs.append(tuple(event))
+        move.ids.add(event[1])
+        move.numbers.add(event[2])
+
+    def _ev_gave(self, epoch) -> None:
+        self.slots.finish(epoch)
+
+    def _ev_hints(self, hints) -> None:
+        self.slots.set_hints(hints)
+
+    def _move_out(self, now: int, token: Any, ranges: list, target: int, epoch: int) -> Reply:
+        """Stop serving the slots of ``ranges`` and set their jobs aside for
+        ``target``; the jobs, as ``job`` events. Asked again (the mover lost
+        the answer), the same jobs."""
+        slots = self.slots
+        if slots is None:
+            raise client_error("Not a cluster shard")
+        move = slots.moves.get(epoch)
+        if move is None:
+            wanted = set(from_ranges(ranges))
+            strays = [slot for slot in wanted if not slots.serving(slot)]
+            if strays:
+                raise client_error(f"Slot {min(strays)} is not served here")
+            self.apply(("moving", ranges, target, epoch))
+            names = {name for name in self.queues if slot_of(name) in wanted}
+            for waiter in list(self.waiters.values()):   # their queues will fill elsewhere
+                if waiter.role == "lease" and any(q.name in names for q in waiter.queues):
+                    self._reply(waiter, [TIMEOUT, ""])
+            for id in [job.id for job in self.jobs.values() if job.name in names]:
+                self.apply(("export", id, epoch))
+            move = slots.moves[epoch]
+        return [OK, [list(job) for job in move.jobs]]
+
+    def _move_in(self, now: int, token: Any, ranges: list, epoch: int, jobs: list) -> Reply:
+        """Take the slots of ``ranges`` and their jobs (``job`` events); a
+        repeat of a move already taken changes nothing."""
+        if self.slots is None:
+            self.slots = SlotOwnership()
+        slots = self.slots
+        if all(slots.epochs[slot] >= epoch for slot in from_ranges(ranges)):
+            return [OK, 0]
+        for event in jobs:
+            if event[1] in self.jobs:   # left by an earlier try cut short: the giver's is right
+                self.apply(("delete", event[1]))
+            self.apply(tuple(event))
+        self.apply(("own", ranges, epoch))
+        for name in {event[3] for event in jobs}:
+            queue = self.queues.get(name)
+            if queue is not None:
+                self._offer(queue, now)
+        return [OK, len(jobs)]
+
+    def _claim(self, now: int, token: Any, ranges: list) -> Reply:
+        """A shard joins a cluster: the slots it starts with (its log keeps them)."""
+        if self.slots is None:
+            self.apply(("own", ranges, 1))
+        return [OK, None]
+
+    def _move_done(self, now: int, token: Any, epoch: int) -> Reply:
+        """The receiver holds the jobs: drop them here for good."""
+        if self.slots is not None and epoch in self.slots.moves:
+            self.apply(("gave", epoch))
+        return [OK, None]
+
     _events: Dict[str, Callable[..., None]] = {
         "add": _ev_add, "restore": _ev_restore, T_WAKE: _ev_wake, "lease": _ev_lease, "unlease": _ev_unlease,
         T_TTR: _ev_ttr, "exhaust": _ev_exhaust, "complete": _ev_complete, "fail": _ev_fail, "retry": _ev_retry,
         "delete": _ev_delete, T_TTL: _ev_evict, "release": _ev_release,
         "job": _ev_job, "queue": _ev_queue, "counters": _ev_counters,
         "take": _ev_delete,   # a dequeue with no acknowledgement: the job leaves
+        "own": _ev_own, "moving": _ev_moving, "export": _ev_export, "exported": _ev_exported,
+        "gave": _ev_gave, "hints": _ev_hints,
     }
+    _requests.update(move_out=_move_out, move_in=_move_in, move_done=_move_done, claim=_claim)
 
     def _requeue(self, job: Job, now: int) -> None:
         self._unown(job)

@@ -41,3 +41,9 @@ def not_found() -> EngineError:
 
 def server_error(message: str) -> EngineError:
     return EngineError(SERVER_ERROR, message)
+
+
+#: Not an answer for a client: "this shard does not (or no longer) serve that
+#: queue or job; ask the one named". ``[MOVED, [slot or None, owner ordinal
+#: or None, epoch]]``. Only routers see it; they retry at the owner.
+MOVED = 5

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..engine.status import NOT_FOUND, OK, SERVER_ERROR, TIMEOUT, Reply
+from ..engine.status import MOVED, NOT_FOUND, OK, SERVER_ERROR, TIMEOUT, Reply
 from ..engine.views import as_lease, undo_delivery
 from .shardlink import ShardLink
 
@@ -98,22 +98,27 @@ class FirstFound:
 
 class SpreadLease:
     def __init__(self, groups: Dict[ShardLink, List[str]], timeout: Optional[int],
-                 callback: Callback) -> None:
+                 callback: Callback, slots: Optional[Dict[ShardLink, List[int]]] = None) -> None:
+        """``slots``: in a cluster, each group's queues' slots (sent along)."""
         self._groups = groups
+        self._slots = slots or {}
         self._timeout = timeout
         self._callback: Optional[Callback] = callback
         self._offers: List[Tuple[ShardLink, Reply]] = []
         self._parked: Dict[ShardLink, int] = {}
         self._waiting = len(groups)
         self._errors: List[Reply] = []
+        self._moved: Optional[Reply] = None
         for link, names in groups.items():
-            link.call("lease", [names, 0], self._make_probe(link))
+            link.call("lease", [names, 0], self._make_probe(link), self._slots.get(link))
 
     # Phase 1: everything ready right now; keep the best, give back the rest.
     def _make_probe(self, link: ShardLink) -> Callback:
         def probe(reply: Reply) -> None:
             if reply[0] == OK:
                 self._offers.append((link, reply))
+            elif reply[0] == MOVED:   # routed anew, as a whole, by the router
+                self._moved = reply
             elif reply[0] != TIMEOUT:
                 self._errors.append(reply)
             self._waiting -= 1
@@ -126,7 +131,11 @@ class SpreadLease:
             for link, reply in self._offers:
                 give_back(link, reply)
             return
-        if self._offers:
+        if self._moved is not None:
+            for link, reply in self._offers:
+                give_back(link, reply)
+            self._finish(self._moved)
+        elif self._offers:
             self._offers.sort(key=lambda offer: as_lease(offer[1][1]).order)
             (_, best), rest = self._offers[0], self._offers[1:]
             for link, reply in rest:
@@ -137,7 +146,8 @@ class SpreadLease:
         else:
             self._waiting = len(self._groups)
             for link, names in self._groups.items():
-                self._parked[link] = link.call("lease", [names, self._timeout], self._make_wait(link))
+                self._parked[link] = link.call("lease", [names, self._timeout], self._make_wait(link),
+                                               self._slots.get(link))
 
     # Phase 2: the first job to arrive anywhere wins.
     def _make_wait(self, link: ShardLink) -> Callback:
@@ -148,6 +158,9 @@ class SpreadLease:
                 if self._callback is None:
                     give_back(link, reply)
                     return
+                self._cancel_parked()
+                self._finish(reply)
+            elif reply[0] == MOVED and self._callback is not None:
                 self._cancel_parked()
                 self._finish(reply)
             elif self._waiting == 0:

@@ -33,7 +33,7 @@ import resource
 import socket as stdsocket
 import time
 import uuid
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import gevent
 from gevent import socket
@@ -74,9 +74,10 @@ class Router:
     """``routers``/``index``: this is router ``index`` of ``routers`` sharing the
     same listening sockets and shards."""
 
-    def __init__(self, socket_paths: List[str], options: Optional[Dict[str, Any]] = None,
+    def __init__(self, socket_paths: List[Any], options: Optional[Dict[str, Any]] = None,
                  index: int = 0, routers: int = 1, limits: Optional[Dict[str, int]] = None,
-                 direct_path: bool = False, history: bool = False) -> None:
+                 direct_path: bool = False, history: bool = False,
+                 auth: Optional[Tuple[bytes, Any]] = None) -> None:
         self.options = options or {}
         self.history = history
         #: the client behind the request being routed, when shards keep a history
@@ -93,7 +94,7 @@ class Router:
         self.directory = JobDirectory()
         handoffs = (self._moved_back, self._gone) if direct_path else None
         self.links = [ShardLink(i, path, self._shard_event, self._shard_down, self._link_up, handoffs,
-                                self._context)
+                                self._context, auth)
                       for i, path in enumerate(socket_paths)]
         self.clients = 0
         self.started = time.time_ns() // 1000
@@ -364,7 +365,8 @@ class Router:
                           self._mergers[command.op](self, command.args), callback)
         raise ValueError(f"unroutable command {command!r}")
 
-    def _create(self, command: Command, link: ShardLink, callback: Callable[[Reply], None]) -> Any:
+    def _create(self, command: Command, link: ShardLink, callback: Callable[[Reply], None],
+                slot: Optional[int] = None) -> Any:
         """A command that makes a job: its id must be new on every shard.
 
         The queue's own shard rejects an id it holds; an id the directory
@@ -373,24 +375,24 @@ class Router:
         """
         id = command.new_id
         if id == SERVER_ID:
-            return self._forward_new(command, link, str(uuid.uuid4()), callback)
+            return self._forward_new(command, link, str(uuid.uuid4()), callback, slot)
         known = self.directory.shard_of(id)
         if known is None or known == link.index:
-            return self._forward_new(command, link, id, callback)
+            return self._forward_new(command, link, id, callback, slot)
         elsewhere = self.links if known == SHARED else [self.links[known]]
 
         def checked(reply: Reply) -> None:
             if reply[0] == OK:
                 callback([CLIENT_ERROR, "Duplicate job"])
             elif reply[0] == NOT_FOUND:
-                self._forward_new(command, link, id, callback)
+                self._forward_new(command, link, id, callback, slot)
             else:
                 callback(reply)
 
         return FirstFound(elsewhere, "exists", [id], checked)
 
     def _forward_new(self, command: Command, link: ShardLink, id: str,
-                     callback: Callable[[Reply], None]) -> Any:
+                     callback: Callable[[Reply], None], slot: Optional[int] = None) -> Any:
         directory = self.directory
         fresh = directory.place(id, link.index)
         args = command.args._replace(id=id)
@@ -402,7 +404,7 @@ class Router:
                 directory.forget(id, link.index)  # refused, or dropped as a duplicate payload
             callback(reply)
 
-        return link, link.call(command.op, args, created)
+        return link, link.call(command.op, args, created, slot)
 
     def withdraw(self, pending: Any) -> None:
         if isinstance(pending, tuple):
@@ -489,11 +491,15 @@ def main(argv=None) -> None:
     stop = stop_event()
     config = json.loads(args.config)
     _raise_descriptor_limit()
-    router = Router(config["sockets"], config.get("options"), config.get("index", 0),
-                    config.get("routers", 1), config.get("limits"), config.get("direct_path", False),
-                    config.get("history", False))
+    arguments = (config.get("options"), config.get("index", 0), config.get("routers", 1),
+                 config.get("limits"), config.get("direct_path", False), config.get("history", False))
+    if config.get("cluster"):
+        from .clusterrouter import ClusterRouter
+        router = ClusterRouter.from_config(config["cluster"], config["sockets"], *arguments)
+    else:
+        router = Router(config["sockets"], *arguments)
     with gevent.Timeout(config.get("connect_timeout", 10), False):
-        while not all(link.up for link in router.links):
+        while not all(link.up for link in router.links if link.local):
             gevent.sleep(0.02)
     for protocol, fd in config["listen_fds"].items():
         router.listen(protocol, fd)

@@ -7,11 +7,16 @@ server error, and the link keeps trying to reconnect.
 
 With the direct path, the link also holds the shard's handoff socket, over
 which client connections move to the shard and back (:mod:`..net.handoff`).
+
+In a cluster, a shard of another host is reached over TCP: the link proves
+it knows the cluster's secret (and checks that the shard does too) before
+any frame, inside TLS when the cluster has certificates. A shard of a node
+taken out of the cluster has no address: its link never connects.
 """
 from __future__ import annotations
 
 import logging
-from typing import List, Any, Callable, Dict, Optional, Set, Tuple
+from typing import List, Any, Callable, Dict, Optional, Set, Tuple, Union
 
 import gevent
 from gevent import socket
@@ -19,26 +24,34 @@ from gevent import socket
 from ..engine.status import SERVER_ERROR, Reply
 from ..net.channel import FrameChannel
 from ..net.handoff import HandoffChannel, connect_seqpacket, handoff_path
+from ..net import linkauth
 
 log = logging.getLogger("queueserver.router")
 
 Callback = Callable[[Reply], None]
 RECONNECT_DELAY = 0.05
+LINK_TIMEOUT = 5.0         # seconds to connect and authenticate to a shard of another host
+REFUSED_DELAY = 1.0        # after a refused or failed TCP link: another host, be gentle
+Address = Union[str, Tuple[str, int], None]
 LINK_PRIORITY = 2          # libev's highest: before client sockets' watchers
 
 
 class ShardLink:
-    def __init__(self, index: int, path: str, on_event: Callable[["ShardLink", str, Any], None],
+    def __init__(self, index: int, path: Address, on_event: Callable[["ShardLink", str, Any], None],
                  on_down: Callable[["ShardLink"], None],
                  on_up: Callable[["ShardLink"], None] = lambda link: None,
                  handoffs: Optional[Tuple[Callable, Callable]] = None,
-                 context: Optional[List[Any]] = None) -> None:
-        """``handoffs``: ``(on_move(link, fd, move), on_gone(link, gone))`` to
-        serve the shard's handoff socket (the direct path), or None.
-        ``context``: a one-item list the router fills with the client behind
-        the request being routed, sent along (for the shard's job history)."""
+                 context: Optional[List[Any]] = None, auth: Optional[Tuple[bytes, Any]] = None) -> None:
+        """``path``: a Unix socket path, a ``(host, port)`` over TCP, or None
+        (never connects). ``handoffs``: ``(on_move(link, fd, move),
+        on_gone(link, gone))`` to serve the shard's handoff socket (the direct
+        path), or None. ``context``: a one-item list the router fills with
+        the client behind the request being routed, sent along (for the
+        shard's job history). ``auth``: ``(secret, TLS client context or
+        None)`` for a TCP link."""
         self.index = index
         self.path = path
+        self._auth = auth
         self.context = context if context is not None else [None]
         self.pending: Dict[int, Callback] = {}
         self.channel: Optional[FrameChannel] = None
@@ -50,14 +63,20 @@ class ShardLink:
         self._on_event = on_event
         self._on_down = on_down
         self._on_up = on_up
-        self._greenlet = gevent.spawn(self._run)
+        self._greenlet = gevent.spawn(self._run) if path is not None else None
+
+    @property
+    def local(self) -> bool:
+        """A shard of this host (a router waits for these before serving)."""
+        return isinstance(self.path, str)
 
     @property
     def up(self) -> bool:
         return self.channel is not None
 
-    def call(self, op: str, args: Any, callback: Callback) -> int:
-        """Send one request; returns its id (for ``cancel``), 0 if the shard is down."""
+    def call(self, op: str, args: Any, callback: Callback, slot: Any = None) -> int:
+        """Send one request; returns its id (for ``cancel``), 0 if the shard is down.
+        ``slot``: in a cluster, the slot (or slots) of the queues it names."""
         channel = self.channel
         if channel is None:
             callback([SERVER_ERROR, f"Shard {self.index} unavailable"])
@@ -66,7 +85,10 @@ class ShardLink:
         self._next_id = req_id + 1
         self.pending[req_id] = callback
         context = self.context[0]
-        channel.send([req_id, op, args] if context is None else [req_id, op, args, context])
+        if slot is not None:
+            channel.send([req_id, op, args, context, slot])
+        else:
+            channel.send([req_id, op, args] if context is None else [req_id, op, args, context])
         return req_id
 
     def notify(self, kind: str, body: Any) -> None:
@@ -80,31 +102,66 @@ class ShardLink:
             self.channel.send([0, "cancel", req_id])
 
     def stop(self) -> None:
-        self._greenlet.kill(block=False)
+        if self._greenlet is not None:
+            self._greenlet.kill(block=False)
         if self.channel is not None:
             self.channel.close()
 
-    def _run(self) -> None:
-        while True:
+    def _connect(self):
+        """A connected (and, over TCP, authenticated) socket, or None."""
+        if isinstance(self.path, str):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 sock.connect(self.path)
             except OSError:
                 sock.close()
-                gevent.sleep(RECONNECT_DELAY)
-                continue
+                return None
             except BaseException:   # stopped (killed) while connecting
                 sock.close()
                 raise
+            return sock
+        secret, tls = self._auth
+        try:
+            sock = socket.create_connection(self.path, timeout=LINK_TIMEOUT)
+        except OSError:
+            return None
+        try:
+            sock.settimeout(None)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if tls is not None:
+                sock = linkauth.wrap_client(sock, tls)
+            linkauth.client_handshake(sock, secret, LINK_TIMEOUT)
+        except (OSError, linkauth.LinkAuthError) as err:
+            if not self._refusal_logged:
+                log.warning("link to shard %d at %s:%d failed: %s", self.index, *self.path, err)
+                self._refusal_logged = True
+            sock.close()
+            gevent.sleep(REFUSED_DELAY)
+            return None
+        except BaseException:
+            sock.close()
+            raise
+        self._refusal_logged = False
+        return sock
+
+    def _run(self) -> None:
+        self._refusal_logged = False
+        while True:
+            sock = self._connect()
+            if sock is None:
+                gevent.sleep(RECONNECT_DELAY)
+                continue
             # Frames from a shard are handled before client requests that
             # arrive in the same loop turn: a shard's note of a job it made
             # directly is seen before a request its client sent after.
-            sock._read_event.priority = LINK_PRIORITY
+            if hasattr(sock, "_read_event"):
+                sock._read_event.priority = LINK_PRIORITY
             channel = FrameChannel(sock)
             self.channel = channel
             reader = None
             try:   # from here on, whatever ends the link (a kill too) closes it
-                log.info("connected to shard %d at %s", self.index, self.path)
+                log.info("connected to shard %d at %s", self.index,
+                         self.path if isinstance(self.path, str) else "%s:%d" % self.path)
                 reader = self._open_handoffs()
                 self._on_up(self)
                 channel.receive(self._handle)
@@ -126,7 +183,7 @@ class ShardLink:
                     callback([SERVER_ERROR, f"Shard {self.index} unavailable"])
 
     def _open_handoffs(self) -> Optional[gevent.Greenlet]:
-        if self._handoffs is None:
+        if self._handoffs is None or not isinstance(self.path, str):
             return None
         sock = connect_seqpacket(handoff_path(self.path), socket)
         if sock is None:

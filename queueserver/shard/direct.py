@@ -24,7 +24,6 @@ from ..net.handoff import Gone, HandoffChannel, Move
 from ..net.hangups import HangupWatch, hung_up
 from ..protocols import codec_class
 from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command
-from ..sharding import shard_for
 
 log = logging.getLogger("queueserver.shard")
 
@@ -75,13 +74,14 @@ class DirectServer:
         """Whether this shard alone can answer ``command``."""
         route, key, shard = command.route, command.key, self.shard
         if route == BY_NAME:
-            return shard_for(key, shard.shards) == shard.index
+            return shard.serves(key)
         if route == BY_NAMES:
-            return all(shard_for(name, shard.shards) == shard.index for name in key)
+            return all(shard.serves(name) for name in key)
         if route == BY_ID:
             return key in self.engine.jobs
-        if route == BY_NUMBER:
-            return (key - 1) % shard.shards == shard.index
+        if route == BY_NUMBER:   # in a cluster, a job may have come from the shard its number names
+            return (key - 1) % shard.shards == shard.index and (
+                shard.cluster is None or self.engine.has_number(key))
         return False
 
     def execute(self, connection: ClientConnection, command: Command,

@@ -30,7 +30,7 @@ from gevent.event import Event
 
 from ..engine import Engine
 from ..engine.effects import Effects
-from ..engine.status import SERVER_ERROR, Reply
+from ..engine.status import OK, SERVER_ERROR, Reply
 from ..lifecycle import EXIT_REFUSED
 from ..store import StoreError
 from .durability import Durability
@@ -38,6 +38,11 @@ from .history import Context, HistoryWriter
 from ..net.channel import FrameChannel
 from ..net.handoff import HandoffChannel, handoff_path, listen_seqpacket
 from .direct import DirectServer
+from .clustering import ShardInCluster, ordinal_spec
+from ..cluster.clusterfile import load_cluster
+from ..net import linkauth
+from ..cluster.slots import MAX_SHARDS, from_ranges, slot_of
+from ..sharding import shard_for
 from ..lifecycle import setup_logging, stop_event
 
 log = logging.getLogger("queueserver.shard")
@@ -54,7 +59,11 @@ class Shard:
                  queue_idle: float = 0.0, shards: int = 1, direct_path: bool = False,
                  data_dir: Optional[str] = None, fsync: str = "always",
                  fsync_interval: float = 1000.0, compact_after_bytes: int = 64 << 20,
-                 history_dir: Optional[str] = None) -> None:
+                 history_dir: Optional[str] = None, cluster: Optional[ShardInCluster] = None) -> None:
+        #: in a cluster: its TCP links and its slots (None: one host)
+        self.cluster = cluster
+        if cluster is not None:   # known by its ordinal; numbers stride over any cluster's shards
+            index, shards = cluster.me.ordinal, MAX_SHARDS
         self.index = index
         self.path = path
         self.shards = shards
@@ -69,7 +78,7 @@ class Shard:
         self._placed: list = []         # ids of jobs made here, for the routers' directories
         self._forgotten: list = []      # ids of jobs that left
         #: whether routers must hear of the jobs made here (several routers, or the direct path)
-        self._tell_placed = direct_path
+        self._tell_placed = direct_path or cluster is not None
         #: the shard's log, when it is durable (None: jobs live in memory only)
         self.durability: Optional[Durability] = None
         if data_dir is not None:
@@ -152,6 +161,22 @@ class Shard:
                  self.index, len(self.engine.jobs), len(self.engine.queues), records,
                  time.monotonic() - started)
 
+    def join_cluster(self) -> None:
+        """A shard that never served in its cluster takes its starting slots
+        (logged, so a restart never changes what it owns)."""
+        if self.engine.slots is None:
+            self._take(self.engine.execute("claim", [self.cluster.initial_slots()], now_us()))
+            if self.durability is not None:
+                self.durability.commit()
+        log.info("shard %s serves %d of the cluster's slots", self.cluster.me.name,
+                 self.engine.slots.owned())
+
+    def serves(self, name: str) -> bool:
+        """Whether queue ``name`` is this shard's to serve now."""
+        if self.cluster is not None:
+            return self.engine.slots.serving(slot_of(name))
+        return shard_for(name, self.shards) == self.index
+
     # ---------------------------------------------------------------- serving
     def serve(self) -> None:
         if self.direct_path:   # ready before the link, which routers connect to first
@@ -170,6 +195,8 @@ class Shard:
         # The supervisor publishes the ports once every shard is ready.
         open(self.path + ".ready", "w").close()
         gevent.spawn(self._timer_loop)
+        if self.cluster is not None:
+            gevent.spawn(self.cluster.listen, self._serve_channel)
         while True:
             sock, _ = listener.accept()
             gevent.spawn(self._serve_channel, sock)
@@ -193,10 +220,12 @@ class Shard:
         self.channels[cid] = channel
         # With several routers, or connections served here directly, every
         # router must hear of the jobs made without it.
-        self._tell_placed = len(self.channels) > 1 or self.direct_path
+        self._tell_placed = len(self.channels) > 1 or self.direct_path or self.cluster is not None
         self._hello(channel)
         execute = self.execute
         durability = self.durability
+        cluster = self.cluster
+        engine = self.engine
 
         def handle(frame: list) -> None:
             req_id, op, args = frame[0], frame[1], frame[2]
@@ -210,6 +239,17 @@ class Shard:
                 elif op == "router":  # which router this channel belongs to
                     self.router_channels[args] = cid
                 return
+            if cluster is not None:
+                if op in _CLUSTER_OPS:
+                    self._cluster_op(channel, req_id, op, args)
+                    return
+                verdict = cluster.verdict(engine, args, frame[4] if len(frame) > 4 else None)
+                if verdict is not None:
+                    if verdict.__class__ is list:
+                        channel.send([req_id, verdict])
+                    else:
+                        cluster.hold(verdict, partial(_send_reply, channel, req_id))
+                    return
             try:
                 reply = execute(op, args, (cid, req_id), frame[3] if len(frame) > 3 else None)
             except Exception as err:  # a bug must not take the shard down
@@ -243,10 +283,45 @@ class Shard:
             channel.close()
 
     def _hello(self, channel: FrameChannel) -> None:
-        """Tell a (re)connected router which jobs live here."""
+        """Tell a (re)connected router which jobs live here (and, in a
+        cluster, which slots: routers keep their slot maps from these)."""
         jobs = list(self.engine.jobs)
         for start in range(0, max(len(jobs), 1), HELLO_CHUNK):
-            channel.send([0, "hello", {"shard": self.index, "jobs": jobs[start:start + HELLO_CHUNK]}])
+            hello = {"shard": self.index, "jobs": jobs[start:start + HELLO_CHUNK]}
+            if start == 0 and self.engine.slots is not None:
+                hello["slots"] = self.engine.slots.summary()
+            channel.send([0, "hello", hello])
+
+    def _cluster_op(self, channel: FrameChannel, req_id: int, op: str, args) -> None:
+        """A request of ``queueserver cluster`` (or a router asking for the map)."""
+        slots = self.engine.slots
+        if op == "slots":
+            channel.send([req_id, [OK, {"shard": self.index, **slots.summary(),
+                                        "jobs": len(self.engine.jobs)}]])
+            return
+        move = slots.moves.get(args[0]) if op == "move_done" else None
+        reply = self.execute(op, args)
+        if reply[0] == OK:
+            if op == "move_in" and reply[1]:
+                log.info("shard %s took %d slots (epoch %d) with %d jobs", self.cluster.me.name,
+                         len(from_ranges(args[0])), args[1], reply[1])
+                self._broadcast([0, "owns", [self.index, args[0], args[1]]])
+            elif op == "move_out":
+                log.info("shard %s is giving %d slots to shard %d (epoch %d): %d jobs set aside",
+                         self.cluster.me.name, len(from_ranges(args[0])), args[1], args[2],
+                         len(reply[1]))
+            elif move is not None:
+                log.info("shard %s gave %d slots to shard %d (epoch %d)", self.cluster.me.name,
+                         len(from_ranges(move.ranges)), move.target, move.epoch)
+                self._broadcast([0, "gave", [move.ranges, move.target, move.epoch]])
+                # Its waiting requests go to the new owner once the log says so.
+                self.answer(lambda _: self.cluster.released(move), reply)
+        self.answer(partial(_send_reply, channel, req_id), reply)
+        self._after_batch()
+
+    def _broadcast(self, frame: list) -> None:
+        for channel in self.channels.values():
+            channel.send(frame)
 
     def schedule_after_batch(self) -> None:
         """Run :meth:`_after_batch` once at the end of this loop turn."""
@@ -288,7 +363,8 @@ class Shard:
                 channel = self.channels.get(cid)
                 if channel is not None:
                     self.answer(partial(_send_reply, channel, token[1]), reply)
-        self.send_placed()
+        if self._placed:
+            self.send_placed()
         if self._forgotten:
             forgotten, self._forgotten = self._forgotten, []
             for channel in self.channels.values():
@@ -319,6 +395,10 @@ class Shard:
             self._after_batch()
 
 
+#: requests of the ``cluster`` command and of routers about slots
+_CLUSTER_OPS = frozenset(("slots", "move_out", "move_in", "move_done"))
+
+
 def _send_reply(channel: FrameChannel, req_id: int, reply: Reply) -> None:
     channel.send([req_id, reply])
 
@@ -339,22 +419,32 @@ def main(argv=None) -> None:
     parser.add_argument("--fsync", choices=("always", "interval", "never"), default="always")
     parser.add_argument("--fsync-interval", type=float, default=1000.0, metavar="MS")
     parser.add_argument("--compact-after-bytes", type=int, default=64 << 20, metavar="BYTES")
+    parser.add_argument("--cluster", metavar="FILE", help="the cluster file (with --node)")
+    parser.add_argument("--node", metavar="NAME", help="this shard's node in the cluster file")
     parser.add_argument("--history-dir", metavar="DIR",
                         help="write the job history (JSON Lines) here (default: none)")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     setup_logging(args.log_level, f"shard-{args.index}")
-    shard = Shard(args.index, args.socket, args.max_queues, args.queue_idle_timeout, args.shards,
-                  args.direct_path, args.data_dir, args.fsync, args.fsync_interval,
-                  args.compact_after_bytes, args.history_dir)
-    if shard.durability is not None:
-        try:
+    cluster = None
+    try:
+        if args.cluster:
+            spec = load_cluster(args.cluster)
+            me, _ = ordinal_spec(spec, args.node, args.index)
+            cluster = ShardInCluster(spec, me, linkauth.load_secret(spec.secret_file))
+        shard = Shard(args.index, args.socket, args.max_queues, args.queue_idle_timeout, args.shards,
+                      args.direct_path, args.data_dir, args.fsync, args.fsync_interval,
+                      args.compact_after_bytes, args.history_dir, cluster)
+        if shard.durability is not None:
             shard.recover()
-        except StoreError as err:
-            log.error("shard %d cannot start: %s", args.index, err)
-            with open(args.socket + ".refused", "w") as f:
-                f.write(str(err))   # for the supervisor's one line
-            sys.exit(EXIT_REFUSED)
+        if cluster is not None:
+            shard.join_cluster()
+            cluster.bind()
+    except (StoreError, ValueError) as err:   # a damaged log, a bad cluster file, secret or cert
+        log.error("shard %d cannot start: %s", args.index, err)
+        with open(args.socket + ".refused", "w") as f:
+            f.write(str(err))   # for the supervisor's one line
+        sys.exit(EXIT_REFUSED)
     stop = stop_event()
     server = gevent.spawn(shard.serve)
     server.link(lambda g: stop.set())

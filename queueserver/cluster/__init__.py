@@ -1,0 +1,1 @@
+"""Nodes, slots and moves: queueserver across hosts."""

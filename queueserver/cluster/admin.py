@@ -1,0 +1,103 @@
+"""The ``cluster`` command's line to each shard: one authenticated TCP link.
+
+It speaks the routers' link protocol (msgpack frames ``[id, op, args]``,
+answers ``[id, reply]``; frames with id 0 are the shard's news, which it
+skips). A link that breaks is made again, and the request asked again, until
+a deadline: every request it makes can be repeated without harm (see
+:mod:`.rebalance`), so a node killed mid-move only delays the move.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Optional
+
+import msgpack
+from gevent import socket
+
+from ..engine.status import OK
+from ..net import linkauth
+from .clusterfile import ClusterSpec, ShardSpec
+
+CALL_TIMEOUT = 60.0       # seconds one request may take (a move of many jobs fsyncs them)
+
+
+class AdminError(Exception):
+    """A shard refused a request or stayed out of reach; one line."""
+
+
+class ShardLine:
+    def __init__(self, shard: ShardSpec, secret: bytes, tls: Any) -> None:
+        self.shard = shard
+        self._secret = secret
+        self._tls = tls
+        self._sock = None
+        self._unpacker: Optional[msgpack.Unpacker] = None
+        self._next = 1
+
+    def _connect(self) -> None:
+        sock = socket.create_connection((self.shard.host, self.shard.port), timeout=5.0)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock = linkauth.connect_link(sock, self._secret, self._tls)
+        except BaseException:
+            sock.close()
+            raise
+        sock.settimeout(CALL_TIMEOUT)
+        self._sock = sock
+        self._unpacker = msgpack.Unpacker(raw=False, max_buffer_size=1 << 30)
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def call(self, op: str, args: List[Any], deadline: float) -> Any:
+        """The value of the shard's OK answer; retried over new links until ``deadline``."""
+        last: Optional[BaseException] = None
+        while True:
+            try:
+                if self._sock is None:
+                    self._connect()
+                return self._exchange(op, args)
+            except (OSError, linkauth.LinkAuthError, ValueError, msgpack.ExtraData) as err:
+                last = err
+                self.close()
+            if time.monotonic() >= deadline:
+                raise AdminError(f"shard {self.shard.name} at {self.shard.host}:{self.shard.port} "
+                                 f"cannot be reached for {op}: {last}")
+            time.sleep(0.2)
+
+    def _exchange(self, op: str, args: List[Any]) -> Any:
+        req_id = self._next
+        self._next += 1
+        self._sock.sendall(msgpack.packb([req_id, op, args], use_bin_type=True))
+        while True:
+            for frame in self._unpacker:
+                if frame[0] == req_id:
+                    status, value = frame[1]
+                    if status != OK:
+                        raise AdminError(f"shard {self.shard.name} refused {op}: {value}")
+                    return value
+            data = self._sock.recv(1 << 20)
+            if not data:
+                raise ConnectionResetError("the shard closed the link")
+            self._unpacker.feed(data)
+
+
+class Cluster:
+    """Lines to every shard of the cluster file (made when first used)."""
+
+    def __init__(self, spec: ClusterSpec) -> None:
+        self.spec = spec
+        secret = linkauth.load_secret(spec.secret_file)
+        tls = (linkauth.client_context(spec.tls.cert, spec.tls.key, spec.tls.ca)
+               if spec.tls is not None else None)
+        self.shards = spec.shards()
+        self.lines: Dict[int, ShardLine] = {s.ordinal: ShardLine(s, secret, tls) for s in self.shards}
+
+    def call(self, ordinal: int, op: str, args: List[Any], wait: float = CALL_TIMEOUT) -> Any:
+        return self.lines[ordinal].call(op, args, time.monotonic() + wait)
+
+    def close(self) -> None:
+        for line in self.lines.values():
+            line.close()

@@ -1,0 +1,131 @@
+"""``queueserver cluster``: look at a cluster's slots and move them.
+
+    queueserver cluster status --cluster FILE
+    queueserver cluster rebalance --cluster FILE
+    queueserver cluster add-node NAME --cluster FILE
+    queueserver cluster remove-node NAME --cluster FILE
+    queueserver cluster move --cluster FILE --slots 0-99,512 --to a/1
+
+Every command first finishes any move left half done (a node killed
+mid-move), and can itself be interrupted and run again.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, List
+
+from ..net.linkauth import SecretError, TLSConfigError
+from .admin import AdminError, Cluster
+from .clusterfile import ClusterError, ClusterSpec, load_cluster
+from .rebalance import DEFAULT_BATCH, Rebalancer
+from .slots import SLOTS
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("cluster", help="show and move a cluster's slots",
+                       description="Show which shard serves which slots, and move slots (with their "
+                                   "jobs) between shards while traffic goes on.")
+    p.add_argument("action", choices=("status", "rebalance", "add-node", "remove-node", "move"))
+    p.add_argument("node", nargs="?", metavar="NAME", help="the node to add or remove")
+    p.add_argument("--cluster", required=True, metavar="FILE", help="the cluster file")
+    p.add_argument("--slots", metavar="LIST", help="move: slots such as 0-99,512")
+    p.add_argument("--to", metavar="SHARD", help="move: the shard to move them to (node/index)")
+    p.add_argument("--batch", type=int, default=DEFAULT_BATCH, metavar="N",
+                   help=f"slots per move step (default {DEFAULT_BATCH})")
+    p.add_argument("--json", action="store_true", help="status: print JSON")
+
+
+def parse_slots(text: str) -> List[int]:
+    slots: List[int] = []
+    for part in text.split(","):
+        start, _, end = part.strip().partition("-")
+        try:
+            first, last = int(start), int(end or start)
+        except ValueError:
+            raise ClusterError(f"--slots: {part!r} is not a slot or a range like 0-99") from None
+        if not 0 <= first <= last < SLOTS:
+            raise ClusterError(f"--slots: {part!r} is outside 0-{SLOTS - 1}")
+        slots.extend(range(first, last + 1))
+    return slots
+
+
+def _shard(spec: ClusterSpec, name: str) -> int:
+    for shard in spec.shards():
+        if shard.name == name:
+            return shard.ordinal
+    raise ClusterError(f"--to: no shard {name!r} in {spec.path} (shards are named node/index, e.g. "
+                       f"{spec.shards()[0].name})")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        spec = load_cluster(args.cluster)
+        if args.action in ("add-node", "remove-node"):
+            if not args.node:
+                raise ClusterError(f"{args.action} needs the node's NAME")
+            spec.node(args.node)
+        cluster = Cluster(spec)
+    except (ClusterError, SecretError, TLSConfigError) as err:
+        print(f"queueserver cluster: {err}", file=sys.stderr)
+        return 2
+    rebalancer = Rebalancer(cluster, say=lambda line: print(line, flush=True))
+    try:
+        return _act(args, spec, rebalancer)
+    except ClusterError as err:
+        print(f"queueserver cluster: {err}", file=sys.stderr)
+        return 2
+    except AdminError as err:
+        print(f"queueserver cluster: {err}; run the command again once it is back", file=sys.stderr)
+        return 1
+    finally:
+        cluster.close()
+
+
+def _act(args: argparse.Namespace, spec: ClusterSpec, rebalancer: Rebalancer) -> int:
+    live = [s.ordinal for s in spec.shards()
+            if s.node not in {n.name for n in spec.nodes if n.removed}]
+    if args.action == "status":
+        return _status(spec, rebalancer, args.json)
+    if args.action == "move":
+        if not args.slots or not args.to:
+            raise ClusterError("move needs --slots and --to")
+        jobs = rebalancer.move(parse_slots(args.slots), _shard(spec, args.to), args.batch)
+        print(f"done: {jobs} jobs moved")
+        return 0
+    if args.action == "remove-node":
+        among = [o for o in live if o not in {s.ordinal for s in spec.shards_of(args.node)}]
+        if not among:
+            raise ClusterError("cannot remove the last node")
+        moved = rebalancer.balance(among, args.batch)
+        print(f"done: {moved} slots moved off node {args.node}; mark it `removed = true` in every "
+              f"copy of {spec.path}, then stop it")
+        return 0
+    moved = rebalancer.balance(live, args.batch)   # rebalance, add-node
+    print(f"done: {moved} slots moved; {len(live)} shards serve {SLOTS // len(live)}-"
+          f"{-(-SLOTS // len(live))} slots each")
+    return 0
+
+
+def _status(spec: ClusterSpec, rebalancer: Rebalancer, as_json: bool) -> int:
+    rows = []
+    for shard in spec.shards():
+        try:
+            state = rebalancer.cluster.call(shard.ordinal, "slots", [], wait=3.0)
+        except AdminError as err:
+            rows.append({"shard": shard.name, "ordinal": shard.ordinal, "up": False, "error": str(err)})
+            continue
+        rows.append({"shard": shard.name, "ordinal": shard.ordinal, "up": True,
+                     "slots": sum(end - start for start, end, _ in state["served"]),
+                     "jobs": state["jobs"], "moving": state["moving"]})
+    if as_json:
+        print(json.dumps(rows))
+        return 0
+    for row in rows:
+        if not row["up"]:
+            print(f"{row['shard']:>12}  DOWN  {row['error']}")
+            continue
+        moving = f"  moving: {row['moving']}" if row["moving"] else ""
+        print(f"{row['shard']:>12}  {row['slots']:>6} slots  {row['jobs']:>9} jobs{moving}")
+    return 0 if all(row["up"] for row in rows) else 1

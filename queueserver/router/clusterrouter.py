@@ -1,0 +1,183 @@
+"""The router of one node of a cluster.
+
+It reaches every shard of every node: those of its own node over their Unix
+sockets (with the direct path), the others over authenticated TCP links. A
+queue name hashes to one of 16,384 slots and the :class:`SlotMap` says which
+shard serves the slot; the slot goes along with the request, so a shard
+that no longer serves it answers ``MOVED`` instead of serving it. The router
+then corrects its map and sends the request again, to the new owner, at
+most :data:`MAX_REDIRECTS` times: a client sees the owner's answer, never
+the redirection.
+
+A job id the directory places on a shard that no longer has it (it moved,
+or it was made before the directory heard of it) is asked of every shard;
+so is a job number, first at the shard that made it.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import gevent
+
+from ..cluster.clusterfile import ClusterSpec, load_cluster
+from ..cluster.slots import MAX_SHARDS, slot_of
+from ..engine.status import MOVED, NOT_FOUND, SERVER_ERROR, Reply
+from ..net import linkauth
+from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, Command
+from .fanout import FirstFound, Gather, SpreadLease
+from .router import Router
+from .shardlink import ShardLink
+from .slotmap import SlotMap
+
+log = logging.getLogger("queueserver.router")
+
+MAX_REDIRECTS = 8
+RETRY_DELAY = 0.005      # seconds before a redirect with no new owner to try (doubles each time)
+
+Callback = Callable[[Reply], None]
+
+
+class ClusterRouter(Router):
+    @classmethod
+    def from_config(cls, cluster: Dict[str, Any], sockets: List[str], *arguments: Any) -> "ClusterRouter":
+        """Links to every shard of ``cluster["file"]``, seen from node ``cluster["node"]``."""
+        spec = load_cluster(cluster["file"])
+        secret = linkauth.load_secret(spec.secret_file)
+        tls = (linkauth.client_context(spec.tls.cert, spec.tls.key, spec.tls.ca)
+               if spec.tls is not None else None)
+        removed = {node.name for node in spec.nodes if node.removed}
+        addresses: List[Any] = []
+        for shard in spec.shards():
+            if shard.node == cluster["node"]:
+                addresses.append(sockets[shard.index])
+            elif shard.node in removed:
+                addresses.append(None)
+            else:
+                addresses.append((shard.host, shard.port))
+        return cls(spec, addresses, *arguments, auth=(secret, tls))
+
+    def __init__(self, spec: ClusterSpec, addresses: List[Any], *arguments: Any, **keywords: Any) -> None:
+        super().__init__(addresses, *arguments, **keywords)
+        self.spec = spec
+        self.map = SlotMap(spec.founders())
+        #: shards that may hold a job (a removed node's shards have no link)
+        self.reachable = [link for link in self.links if link.path is not None]
+
+    # --------------------------------------------------------------- routing
+    def shard_for(self, name: str) -> int:
+        return self.map.owners[slot_of(name)]
+
+    def route(self, command: Command, callback: Callback, owner: Optional[int] = None,
+              attempt: int = 0) -> Any:
+        route = command.route
+        if route == BY_NAME:
+            slot = slot_of(command.key)
+            link = self.links[self.map.owners[slot]]
+            answered = self._redirected(command, callback, owner, attempt, (slot,))
+            if command.new_id is not None:
+                return self._create(command, link, answered, slot)
+            args = command.args if owner is None else (*command.args, owner)
+            return link, link.call(command.op, args, answered, slot)
+        if route == BY_NAMES:
+            groups: Dict[ShardLink, List[str]] = {}
+            slots: Dict[ShardLink, List[int]] = {}
+            for name in command.key:
+                slot = slot_of(name)
+                link = self.links[self.map.owners[slot]]
+                groups.setdefault(link, []).append(name)
+                slots.setdefault(link, []).append(slot)
+            every = [slot for group in slots.values() for slot in group]
+            answered = self._redirected(command, callback, owner, attempt, every)
+            if len(groups) == 1:
+                link, names = next(iter(groups.items()))
+                return link, link.call(command.op, [names] + list(command.args[1:]), answered, slots[link])
+            return SpreadLease(groups, command.args[-1], answered, slots)
+        if route == BY_ID:
+            answered = self._redirected(command, callback, owner, attempt, ())
+            shard = self.directory.shard_of(command.key)
+            if shard is None or shard < 0 or shard >= len(self.links):
+                return FirstFound(self.reachable, command.op, command.args, answered)
+            return self._directed(self.links[shard], command, answered)
+        if route == BY_NUMBER:
+            answered = self._redirected(command, callback, owner, attempt, ())
+            maker = (command.key - 1) % MAX_SHARDS
+            if maker >= len(self.links) or self.links[maker].path is None:
+                return FirstFound(self.reachable, command.op, command.args, answered)
+            return self._directed(self.links[maker], command, answered)
+        return super().route(command, callback, owner)
+
+    def _directed(self, link: ShardLink, command: Command, callback: Callback) -> Any:
+        """Ask the shard the job should be on; if it has no such job (any
+        more), ask every shard."""
+        def answered(reply: Reply) -> None:
+            if reply[0] == NOT_FOUND:
+                others = [each for each in self.reachable if each is not link]
+                if others:
+                    FirstFound(others, command.op, command.args, callback)
+                    return
+            callback(reply)
+        return link, link.call(command.op, command.args, answered)
+
+    def _redirected(self, command: Command, callback: Callback, owner: Optional[int], attempt: int,
+                    slots) -> Callback:
+        """``callback``, unless the answer is MOVED: then the map is corrected
+        and the request sent again."""
+        def answered(reply: Reply) -> None:
+            if reply[0] != MOVED:
+                callback(reply)
+                return
+            if attempt >= MAX_REDIRECTS:
+                log.warning("%s of %r: still redirected after %d tries", command.op, command.key, attempt)
+                callback([SERVER_ERROR, "Queue is moving between shards; try again"])
+                return
+            slot, target, epoch = reply[1]
+            if target is not None and 0 <= target < len(self.links):
+                self.map.set(slots, target, epoch)
+                if command.route in (BY_ID, BY_NUMBER):
+                    self._later(attempt, lambda: self._directed_again(self.links[target], command,
+                                                                       callback, owner, attempt + 1))
+                    return
+            again = lambda: self.route(command, callback, owner, attempt + 1)  # noqa: E731
+            if target is None:   # the shard cannot say who has it now: ask them all
+                self._refresh(again)
+            else:
+                self._later(attempt, again)
+        return answered
+
+    def _refresh(self, then: Callable[[], Any]) -> None:
+        """Learn every reachable shard's slots, then ``then()``."""
+        def merge(answers: List[Any]) -> Reply:
+            for answer in answers:
+                self.map.served(answer["shard"], answer["served"])
+                self.map.hinted(answer["hints"])
+            return [0, None]
+        Gather(self.reachable, "slots", [], merge, lambda reply: gevent.spawn_later(RETRY_DELAY, then))
+
+    def _directed_again(self, link: ShardLink, command: Command, callback: Callback,
+                        owner: Optional[int], attempt: int) -> None:
+        self._directed(link, command, self._redirected(command, callback, owner, attempt, ()))
+
+    @staticmethod
+    def _later(attempt: int, retry: Callable[[], Any]) -> None:
+        """Right away the first time (the map was just corrected), then backing off."""
+        if attempt == 0:
+            retry()
+        else:
+            gevent.spawn_later(RETRY_DELAY * (1 << (attempt - 1)), retry)
+
+    # ----------------------------------------------------------- shard events
+    def _shard_event(self, link: ShardLink, kind: str, body: Any) -> None:
+        if kind == "hello" and "slots" in body:
+            slots = body["slots"]
+            self.map.served(link.index, slots["served"])
+            self.map.hinted(slots["hints"])
+        elif kind == "owns":
+            owner, ranges, epoch = body
+            self.map.ranges_set(ranges, owner, epoch)
+            return
+        elif kind == "gave":
+            ranges, target, epoch = body
+            self.map.ranges_set(ranges, target, epoch)
+            return
+        super()._shard_event(link, kind, body)

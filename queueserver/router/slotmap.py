@@ -1,0 +1,49 @@
+"""A router's map of the cluster: which shard serves each of the 16,384 slots.
+
+It starts as the cluster file's initial map and follows what shards say:
+the slots each serves when its link comes up, a slot taken or given in a
+move, and a ``MOVED`` answer to a request that reached a former owner. Each
+slot keeps the epoch of what was last learned about it, so older news (a
+shard that reconnects late, an answer overtaken by a move) never undoes
+newer.
+"""
+from __future__ import annotations
+
+from array import array
+from typing import Iterable, Sequence
+
+from ..cluster.slots import SLOTS, from_ranges, initial_owners
+
+
+class SlotMap:
+    def __init__(self, founders: Sequence[int]) -> None:
+        owners = initial_owners(len(founders))
+        self.owners = array("H", (founders[position] for position in owners))
+        self.epochs = array("Q", bytes(8 * SLOTS))
+        self.changes = 0   # how many slots changed owner since the start (for logs)
+
+    def owner(self, slot: int) -> int:
+        return self.owners[slot]
+
+    def set(self, slots: Iterable[int], owner: int, epoch: int) -> None:
+        """``owner`` serves ``slots`` as of ``epoch`` (ignored where newer is known)."""
+        owners, epochs = self.owners, self.epochs
+        for slot in slots:
+            if epoch >= epochs[slot]:
+                if owners[slot] != owner:
+                    owners[slot] = owner
+                    self.changes += 1
+                epochs[slot] = epoch
+
+    def served(self, owner: int, runs: Sequence[Sequence[int]]) -> None:
+        """A shard's ``[start, end, epoch]`` runs of slots it serves."""
+        for start, end, epoch in runs:
+            self.set(range(start, end), owner, epoch)
+
+    def hinted(self, hints: Sequence[Sequence[int]]) -> None:
+        """``[slot, owner, epoch]`` of slots a shard gave away."""
+        for slot, owner, epoch in hints:
+            self.set((slot,), owner, epoch)
+
+    def ranges_set(self, ranges: Sequence[Sequence[int]], owner: int, epoch: int) -> None:
+        self.set(from_ranges(ranges), owner, epoch)

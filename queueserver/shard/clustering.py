@@ -1,0 +1,163 @@
+"""A shard as one member of a cluster: its TCP link port and its slots.
+
+Routers of other hosts reach the shard over TCP: a link is served only once
+it passed the HMAC challenge-response with the cluster's secret (inside TLS
+when the cluster file has a ``[tls]`` block); anything else is refused and
+logged. Frames are msgpack, never pickle.
+
+Every request a router routes by queue name carries the queue's slot. The
+shard serves it if it serves the slot; if the slot is being moved away, the
+request waits until the move is over (then it is answered ``MOVED`` to the
+new owner) or, should the move stall, gets an error after
+:data:`HOLD_LIMIT`; if the slot is another shard's, it is answered ``MOVED``
+at once with what the shard knows of the owner. A request naming a job the
+shard is giving away waits the same way.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import gevent
+from gevent import socket
+
+from ..cluster.clusterfile import ClusterSpec, ShardSpec
+from ..cluster.slots import SLOTS, initial_owners, to_ranges
+from ..engine.ownership import MOVING, SERVING, OutgoingMove
+from ..engine.status import MOVED, SERVER_ERROR, Reply
+from ..net import linkauth
+
+log = logging.getLogger("queueserver.shard")
+
+HOLD_LIMIT = 10.0        # seconds a request waits for a stalled move before an error
+HANDSHAKE_TIMEOUT = 5.0
+
+Send = Callable[[Reply], None]
+
+
+class ShardInCluster:
+    def __init__(self, spec: ClusterSpec, me: ShardSpec, secret: bytes) -> None:
+        self.spec = spec
+        self.me = me
+        self.secret = secret
+        self.tls = (linkauth.server_context(spec.tls.cert, spec.tls.key, spec.tls.ca)
+                    if spec.tls is not None else None)
+        #: epoch -> requests waiting for that move to end: (send, reply maker)
+        self.held: Dict[int, List[Send]] = {}
+        self._timers: Dict[int, gevent.Greenlet] = {}
+        self.refused = 0
+        self._listener = None
+
+    # ------------------------------------------------------------ start-up
+    def initial_slots(self) -> List[List[int]]:
+        """The slots a shard of a brand-new cluster starts with (none for a joiner)."""
+        founders = self.spec.founders()
+        if self.me.ordinal not in founders:
+            return []
+        position = founders.index(self.me.ordinal)
+        owners = initial_owners(len(founders))
+        return to_ranges(slot for slot in range(SLOTS) if owners[slot] == position)
+
+    # ------------------------------------------------------------- serving
+    def bind(self) -> None:
+        """Take this shard's link port (before serving: a port in use stops
+        the start with one line, as a client port does)."""
+        listener = socket.socket(socket.AF_INET6 if ":" in self.me.host else socket.AF_INET,
+                                 socket.SOCK_STREAM)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((self.me.host, self.me.port))
+            listener.listen(128)
+        except OSError as err:
+            listener.close()
+            raise LinkPortError(f"cannot take link port {self.me.host}:{self.me.port} of shard "
+                                f"{self.me.name}: {(err.strerror or str(err)).lower()} (check "
+                                f"link_port and host of node {self.me.node} in {self.spec.path})") from None
+        self._listener = listener
+
+    def listen(self, serve_channel: Callable[[Any], None]) -> None:
+        """Accept links on this shard's TCP port until killed."""
+        listener = self._listener
+        log.info("shard %s (ordinal %d) takes links on %s:%d%s", self.me.name, self.me.ordinal,
+                 self.me.host, self.me.port, " with TLS" if self.tls is not None else "")
+        while True:
+            sock, peer = listener.accept()
+            gevent.spawn(self._admit, sock, f"{peer[0]}:{peer[1]}", serve_channel)
+
+    def _admit(self, sock, peer: str, serve_channel: Callable[[Any], None]) -> None:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.tls is not None:
+                sock = linkauth.wrap_server(sock, self.tls)
+            admitted = linkauth.serve_handshake(sock, self.secret, peer, HANDSHAKE_TIMEOUT)
+        except Exception as err:   # a TLS failure, a reset: this connection only
+            log.warning("link from %s refused: %s", peer, err)
+            admitted = False
+        if not admitted:
+            self.refused += 1
+            try:
+                sock.close()
+            except OSError:
+                pass
+            return
+        log.info("link from %s authenticated", peer)
+        serve_channel(sock)
+
+    # -------------------------------------------------------------- verdicts
+    def verdict(self, engine, args: Any, slots: Any) -> Any:
+        """None: serve it. A reply: answer that (MOVED). A move: wait for it."""
+        table = engine.slots
+        if slots is not None:
+            state = table.state
+            for slot in (slots if slots.__class__ is list else (slots,)):
+                here = state[slot]
+                if here == SERVING:
+                    continue
+                if here == MOVING:
+                    return table.move_of(slot)
+                target, epoch = table.hints.get(slot, (None, 0))
+                return [MOVED, [slot, target, epoch]]
+            return None
+        if table.moves and args:
+            key = args[0]
+            if key.__class__ is str or key.__class__ is int:
+                return table.holding(key)
+        return None
+
+    def hold(self, move: OutgoingMove, send: Send) -> None:
+        """``send`` the request's answer once ``move`` is over."""
+        self.held.setdefault(move.epoch, []).append(send)
+        if move.epoch not in self._timers:
+            self._timers[move.epoch] = gevent.spawn_later(HOLD_LIMIT, self._stalled, move.epoch)
+
+    def released(self, move: OutgoingMove) -> None:
+        """``move`` is over: its waiting requests go to the new owner."""
+        timer = self._timers.pop(move.epoch, None)
+        if timer is not None:
+            timer.kill(block=False)
+        for send in self.held.pop(move.epoch, ()):
+            send([MOVED, [None, move.target, move.epoch]])
+
+    def _stalled(self, epoch: int) -> None:
+        self._timers.pop(epoch, None)
+        waiting = self.held.pop(epoch, ())
+        if waiting:
+            log.warning("a slot move (epoch %d) has not finished in %.0f s; %d requests answered with "
+                        "an error (run `queueserver cluster rebalance` to finish it)",
+                        epoch, HOLD_LIMIT, len(waiting))
+        for send in waiting:
+            send([SERVER_ERROR, "Queue is moving to another shard; try again"])
+
+    def stop(self) -> None:
+        for timer in self._timers.values():
+            timer.kill(block=False)
+
+
+class LinkPortError(ValueError):
+    """The link port cannot be had; one line."""
+
+
+def ordinal_spec(spec: ClusterSpec, node: str, index: int) -> Tuple[ShardSpec, int]:
+    """This shard's entry in the cluster file, and how many shards its node has."""
+    mine = spec.shards_of(node)
+    return mine[index], len(mine)
