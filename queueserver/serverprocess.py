@@ -52,7 +52,7 @@ class ServerProcess:
     def __init__(self, shards: int = 1, protocols: Optional[Iterable[str]] = None,
                  extra: Optional[Iterable[str]] = None, runtime_dir: Optional[str] = None,
                  log_level: str = "info", preexec: Optional[Callable[[], None]] = None,
-                 startup_timeout: float = STARTUP_TIMEOUT) -> None:
+                 startup_timeout: float = STARTUP_TIMEOUT, host: str = HOST) -> None:
         """``protocols``: the listeners to enable (default all), each on a port
         the kernel picks. ``extra``: more ``serve`` arguments, after ours.
         ``runtime_dir``: one the caller owns (it outlives :meth:`stop`); by
@@ -60,6 +60,7 @@ class ServerProcess:
         debug lets :meth:`child_pids` name the children. ``preexec`` runs in
         the server's process before it starts (e.g. to lower a resource limit)."""
         self.shards = shards
+        self.host = host           # where its listeners are (a cluster node's own address)
         self.protocols = None if protocols is None else list(protocols)
         self.extra = list(extra or [])
         self.log_level = log_level
@@ -199,7 +200,7 @@ class ServerProcess:
 
     def connect(self, protocol: str = "workq", timeout: float = 10.0) -> socket.socket:
         """A TCP connection (no Nagle delay) to ``protocol``'s listener."""
-        sock = socket.create_connection((HOST, self.port(protocol)), timeout=timeout)
+        sock = socket.create_connection((self.host, self.port(protocol)), timeout=timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
 

@@ -27,6 +27,7 @@ from typing import Dict, List, Optional
 
 from .cluster.clusterfile import ClusterError, ClusterSpec, load_cluster
 from .config import DEFAULT_METRICS_PORT, Config
+from .net import linkauth
 from .protocols import DEFAULT_PORTS
 from .datadir import DataDir, LayoutError
 from .dirlock import DirectoryBusy, lock_directory
@@ -130,9 +131,9 @@ class RuntimeDir:
         return os.path.join(self.path, name)
 
     def _remove_run_files(self) -> None:
-        """Readiness files, ``ports.json`` and shard sockets: what a run leaves."""
+        """Readiness files, ``ports.json``, shard and control sockets: what a run leaves."""
         for name in os.listdir(self.path):
-            if name.startswith("ports.json") or name.endswith((".ready", ".refused")) or (
+            if name.startswith("ports.json") or name.endswith((".ready", ".refused", ".ctl")) or (
                     name.startswith("shard-") and name.endswith(".sock")):
                 try:
                     os.unlink(self.file(name))
@@ -170,6 +171,7 @@ class Supervisor:
         self._failure: Optional[StartupError] = None   # a child that must not be restarted
         #: in a cluster: the cluster file and this node's entry (None: one host)
         self.cluster: Optional[ClusterSpec] = None
+        self.metrics = None   # the HTTP port of /metrics and /status (None: off)
 
     @property
     def runtime_dir(self) -> str:
@@ -206,6 +208,7 @@ class Supervisor:
                 "index": i,
                 "routers": config.routers,
                 "ready_file": self.runtime.file(f"router-{i}.ready"),
+                "control": self.runtime.file(f"router-{i}.ctl"),   # for /metrics
             }
             if self.cluster is not None:
                 router_config["cluster"] = {"file": self.cluster.path, "node": config.node}
@@ -226,7 +229,11 @@ class Supervisor:
                 raise ClusterError(f"--cluster needs --node: which of the nodes of {config.cluster} "
                                    f"({', '.join(n.name for n in spec.nodes)}) this server is")
             node = spec.node(config.node)
-        except ClusterError as err:
+            linkauth.load_secret(spec.secret_file)   # checked here: one line, before any child
+            if spec.tls is not None:
+                linkauth.server_context(spec.tls.cert, spec.tls.key, spec.tls.ca)
+                linkauth.client_context(spec.tls.cert, spec.tls.key, spec.tls.ca)
+        except (ClusterError, linkauth.SecretError, linkauth.TLSConfigError) as err:
             raise StartupError(str(err)) from None
         if node.removed:
             raise StartupError(f"node {node.name} is marked removed in {spec.path}; its slots went to "
@@ -268,11 +275,21 @@ class Supervisor:
                 raise StartupError(_bind_failure(name, host, listener.port, err)) from None
             sock.set_inheritable(True)
             self.listeners[name] = sock
+        metrics = self.config.metrics
+        if metrics.enabled:   # bound now, served from a thread once the children start
+            from .metrics.http import node_metrics
+            try:
+                self.metrics = node_metrics(self.config, self.runtime.file)
+            except OSError as err:
+                raise StartupError(_bind_failure("metrics", metrics.bind or self.config.bind,
+                                                 metrics.port, err)) from None
 
     def _write_ports(self) -> None:
         """``ports.json``, once every router serves: the port each protocol got
         (useful with port 0), and a sign that the server is ready."""
         ports = {name: sock.getsockname()[1] for name, sock in self.listeners.items()}
+        if self.metrics is not None:
+            ports["metrics"] = self.metrics.port
         path = self.runtime.file("ports.json")
         with open(path + ".tmp", "w") as f:
             json.dump(ports, f)
@@ -301,6 +318,8 @@ class Supervisor:
             self.children = self._children()
             for child in self.children:
                 child.start()
+            if self.metrics is not None:
+                self.metrics.start()
             ready = [self.runtime.file(f"router-{i}.ready") for i in range(self.config.routers)]
             ready += [self.runtime.file(f"shard-{i}.sock.ready") for i in range(self.config.shards)]
             published = False
@@ -311,6 +330,8 @@ class Supervisor:
                     published = True
                 time.sleep(0.05)
         finally:
+            if self.metrics is not None:
+                self.metrics.stop()
             self._stop_all()
             for sock in self.listeners.values():
                 sock.close()

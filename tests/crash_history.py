@@ -88,9 +88,14 @@ class Load:
     until :meth:`stop`; every outcome goes to ``history``."""
 
     def __init__(self, history: History, ports: Callable[[], Dict[str, int]], queues: List[str],
-                 ttr_ms: int = 1000) -> None:
+                 ttr_ms: int = 1000, host: str = "127.0.0.1",
+                 workers_at: Optional[Callable[[], tuple]] = None) -> None:
+        """``host``/``ports``: where producers (and, unless ``workers_at``
+        gives another ``(host, ports)``, workers) connect."""
         self.history = history
         self.ports = ports
+        self.host = host
+        self.workers_at = workers_at or (lambda: (host, ports()))
         self.queues = queues
         self.ttr_ms = ttr_ms
         self._stop = threading.Event()
@@ -119,7 +124,7 @@ class Load:
         self._stop.wait(0.05)
 
     def _workq_producer(self, i: int) -> None:
-        history, client = self.history, Client(port=self.ports()["workq"], timeout=5)
+        history, client = self.history, Client(host=self.host, port=self.ports()["workq"], timeout=5)
         n = 0
         while not self._stop.is_set():
             n += 1
@@ -143,7 +148,7 @@ class Load:
             history.note("attempted", token)
             try:
                 if sock is None:
-                    sock = socket.create_connection(("127.0.0.1", self.ports()["takeanumber"]), 5)
+                    sock = socket.create_connection((self.host, self.ports()["takeanumber"]), 5)
                     sock.settimeout(5)
                     reader = sock.makefile("rb")
                 sock.sendall(f"ADD {self.queues[n % len(self.queues)]} 3 {token}\r\n".encode())
@@ -164,7 +169,8 @@ class Load:
             sock.close()
 
     def _worker(self, i: int) -> None:
-        history, client = self.history, Client(port=self.ports()["workq"], timeout=5)
+        host, ports = self.workers_at()
+        history, client = self.history, Client(host=host, port=ports["workq"], timeout=5)
         rng = random.Random(i)
         while not self._stop.is_set():
             try:
@@ -191,13 +197,14 @@ class Load:
         client.close()
 
 
-def drain(port: int, queues: List[str], quiet_ms: int = 2500, limit: float = 120.0) -> List[str]:
+def drain(port: int, queues: List[str], quiet_ms: int = 2500, limit: float = 120.0,
+          host: str = "127.0.0.1") -> List[str]:
     """Lease and delete every job left until none comes for ``quiet_ms``
     (longer than the TTR, so leases taken by workers that stopped come back
     first): their tokens."""
     tokens: List[str] = []
     deadline = time.monotonic() + limit
-    with Client(port=port, timeout=10) as client:
+    with Client(host=host, port=port, timeout=10) as client:
         while time.monotonic() < deadline:
             try:
                 job = client.lease(queues, wait_timeout=quiet_ms)

@@ -1,0 +1,133 @@
+"""Clusters of real nodes on this machine, for the tests: each node is a
+whole server (supervisor, router, shards) on its own loopback address
+(127.0.0.1, .2, .3), with its own data and runtime directories; the cluster
+file gets link ports the kernel found free on each address."""
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from serverproc import ServerProcess, run_cli
+
+HOSTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
+
+
+def free_ports(host: str, count: int) -> int:
+    """The first of ``count`` consecutive ports free on ``host`` (checked by binding them)."""
+    for _ in range(200):
+        probe = socket.socket()
+        probe.bind((host, 0))
+        base = probe.getsockname()[1]
+        probe.close()
+        if base + count > 65535:
+            continue
+        held = []
+        try:
+            for port in range(base, base + count):
+                sock = socket.socket()
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((host, port))
+                held.append(sock)
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in held:
+                sock.close()
+    raise RuntimeError(f"no {count} consecutive free ports on {host}")
+
+
+def write_secret(path: Path, secret: Optional[bytes] = None) -> Path:
+    path.write_bytes(secret or secrets.token_hex(32).encode())
+    path.chmod(0o600)
+    return path
+
+
+class Nodes:
+    """Nodes ``a``, ``b``, ``c``... of one cluster file; a context manager
+    that stops every node it started."""
+
+    def __init__(self, root: Path, shards: Sequence[int] = (2, 1, 1),
+                 protocols: Optional[Iterable[str]] = None, joiners: Sequence[str] = (),
+                 tls: Optional[Dict[str, str]] = None, extra: Sequence[str] = ()) -> None:
+        self.root = root
+        self.names = [chr(ord("a") + i) for i in range(len(shards))]
+        self.secret = write_secret(root / "cluster.secret")
+        self.file = root / "cluster.toml"
+        self.protocols = list(protocols) if protocols is not None else None
+        self.extra = list(extra)
+        self.procs: Dict[str, ServerProcess] = {}
+        self.host = {name: HOSTS[i] for i, name in enumerate(self.names)}
+        lines = ['secret_file = "cluster.secret"']
+        if tls:
+            lines += ["[tls]", *(f'{key} = "{value}"' for key, value in tls.items())]
+        for i, name in enumerate(self.names):
+            lines += ["[[node]]", f'name = "{name}"', f'host = "{HOSTS[i]}"',
+                      f"link_port = {free_ports(HOSTS[i], shards[i])}", f"shards = {shards[i]}"]
+            if name in joiners:
+                lines.append("join = true")
+        self.file.write_text("\n".join(lines) + "\n")
+        self.shards = dict(zip(self.names, shards))
+
+    def start(self, *names: str) -> "Nodes":
+        for name in names or self.names:
+            proc = self.procs.get(name)
+            if proc is None:
+                proc = self.procs[name] = ServerProcess(
+                    shards=self.shards[name], protocols=self.protocols, host=self.host[name],
+                    extra=["--cluster", str(self.file), "--node", name,
+                           "--data-dir", str(self.root / f"data-{name}"), *self.extra])
+            proc.start()
+        return self
+
+    def kill(self, name: str) -> None:
+        """SIGKILL every process of node ``name`` (its data stays)."""
+        self.procs[name].kill()
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            proc.stop()
+
+    def __enter__(self) -> "Nodes":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def address(self, name: str, protocol: str = "workq") -> Tuple[str, int]:
+        return self.host[name], self.procs[name].ports[protocol]
+
+    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return run_cli("cluster", *args, "--cluster", str(self.file), timeout=timeout)
+
+    def cli_process(self, *args: str) -> subprocess.Popen:
+        import sys
+        return subprocess.Popen([sys.executable, "-m", "queueserver", "cluster", *args, "--cluster",
+                                 str(self.file)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+
+    def status(self) -> List[dict]:
+        import json
+        result = self.cli("status", "--json")
+        return json.loads(result.stdout)
+
+    def log(self, name: str) -> str:
+        return self.procs[name].log()
+
+
+def slot_counts(nodes: Nodes) -> Dict[str, int]:
+    return {row["shard"]: row.get("slots", -1) for row in nodes.status()}
+
+
+def ensure_loopback_aliases() -> None:
+    """127.0.0.2 and .3 answer on Linux without setup (all of 127/8 is loopback)."""
+    for host in HOSTS:
+        with socket.socket() as sock:
+            sock.bind((host, 0))
+
+
+os.environ.setdefault("PYTHONUNBUFFERED", "1")
