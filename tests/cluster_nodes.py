@@ -53,7 +53,10 @@ class Nodes:
 
     def __init__(self, root: Path, shards: Sequence[int] = (2, 1, 1),
                  protocols: Optional[Iterable[str]] = None, joiners: Sequence[str] = (),
-                 tls: Optional[Dict[str, str]] = None, extra: Sequence[str] = ()) -> None:
+                 tls: Optional[Dict[str, str]] = None, extra: Sequence[str] = (),
+                 later: Sequence[str] = ()) -> None:
+        """``joiners``: nodes with ``join = true``; ``later``: nodes left out
+        of the file until :meth:`add_to_file` (as an operator adds a node)."""
         self.root = root
         self.names = [chr(ord("a") + i) for i in range(len(shards))]
         self.secret = write_secret(root / "cluster.secret")
@@ -65,13 +68,21 @@ class Nodes:
         lines = ['secret_file = "cluster.secret"']
         if tls:
             lines += ["[tls]", *(f'{key} = "{value}"' for key, value in tls.items())]
+        self._entries: Dict[str, List[str]] = {}
         for i, name in enumerate(self.names):
-            lines += ["[[node]]", f'name = "{name}"', f'host = "{HOSTS[i]}"',
-                      f"link_port = {free_ports(HOSTS[i], shards[i])}", f"shards = {shards[i]}"]
+            self._entries[name] = ["[[node]]", f'name = "{name}"', f'host = "{HOSTS[i]}"',
+                                   f"link_port = {free_ports(HOSTS[i], shards[i])}", f"shards = {shards[i]}"]
             if name in joiners:
-                lines.append("join = true")
+                self._entries[name].append("join = true")
+            if name not in later:
+                lines += self._entries[name]
         self.file.write_text("\n".join(lines) + "\n")
         self.shards = dict(zip(self.names, shards))
+
+    def add_to_file(self, name: str) -> None:
+        """Append node ``name``'s entry to the cluster file."""
+        with open(self.file, "a") as f:
+            f.write("\n".join(self._entries[name]) + "\n")
 
     def start(self, *names: str) -> "Nodes":
         for name in names or self.names:

@@ -187,19 +187,30 @@ def test_a_node_killed_mid_move_comes_back_to_exactly_one_owner(tmp_path, victim
 
 
 def test_ownership_is_kept_across_restarts_and_nodes_join_and_leave(tmp_path):
-    with Nodes(tmp_path, shards=(1, 1, 1), joiners=("c",)) as nodes:
-        nodes.start()
-        counts = {row["shard"]: row["slots"] for row in nodes.status()}
-        assert counts == {"a/0": SLOTS // 2, "b/0": SLOTS // 2, "c/0": 0}
+    """Node c is appended to the file of a running cluster and given its
+    share; the running routers learn of it from the move itself."""
+    with Nodes(tmp_path, shards=(1, 1, 1), joiners=("c",), later=("c",)) as nodes:
+        nodes.start("a", "b")
         name = name_on(1, "keep", founders=2)
         with Client(*nodes.address("a")) as a:
             for i in range(20):
                 a.add(str(uuid.uuid4()), name, b"%d" % i, 60_000, 600_000)
-        assert nodes.cli("add-node", "c").returncode == 0
+        nodes.add_to_file("c")
+        nodes.start("c")
+        assert {row["shard"]: row["slots"] for row in nodes.status()} == \
+            {"a/0": SLOTS // 2, "b/0": SLOTS // 2, "c/0": 0}
+        result = nodes.cli("add-node", "c")
+        assert result.returncode == 0, result.stdout + result.stderr
         counts = {row["shard"]: row["slots"] for row in nodes.status()}
         assert sorted(counts.values()) == [5461, 5461, 5462]
-        for name_ in "abc":
-            nodes.procs[name_].restart()
+        theirs = next(f"new-{i}" for i in range(100_000)
+                      if slot_of(f"new-{i}") in _served(nodes, "c/0"))
+        with Client(*nodes.address("a")) as a:      # a's router, started before c existed
+            a.add(str(uuid.uuid4()), theirs, b"to c", 60_000, 600_000)
+            assert a.lease([theirs], 2000).payload == b"to c"
+        assert "is new in" in nodes.log("a")
+        for node in "abc":
+            nodes.procs[node].restart()
         assert {row["shard"]: row["slots"] for row in nodes.status()} == counts
         result = nodes.cli("remove-node", "b")
         assert result.returncode == 0 and "removed = true" in result.stdout
@@ -208,6 +219,18 @@ def test_ownership_is_kept_across_restarts_and_nodes_join_and_leave(tmp_path):
         with Client(*nodes.address("c")) as c:
             got = sorted(c.lease([name], 2000).payload for _ in range(20))
         assert got == sorted(b"%d" % i for i in range(20))
+
+
+def _served(nodes: Nodes, shard: str) -> set:
+    from queueserver.cluster.admin import Cluster
+    from queueserver.cluster.clusterfile import load_cluster
+    cluster = Cluster(load_cluster(str(nodes.file)))
+    try:
+        ordinal = next(s.ordinal for s in cluster.shards if s.name == shard)
+        served = cluster.call(ordinal, "slots", [])["served"]
+    finally:
+        cluster.close()
+    return {slot for start, end, _ in served for slot in range(start, end)}
 
 
 # ------------------------------------------------------------- node down

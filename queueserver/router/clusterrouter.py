@@ -60,6 +60,7 @@ class ClusterRouter(Router):
     def __init__(self, spec: ClusterSpec, addresses: List[Any], *arguments: Any, **keywords: Any) -> None:
         super().__init__(addresses, *arguments, **keywords)
         self.spec = spec
+        self._auth = keywords.get("auth")
         self.map = SlotMap(spec.founders())
         #: shards that may hold a job (a removed node's shards have no link)
         self.reachable = [link for link in self.links if link.path is not None]
@@ -132,7 +133,7 @@ class ClusterRouter(Router):
                 callback([SERVER_ERROR, "Queue is moving between shards; try again"])
                 return
             slot, target, epoch = reply[1]
-            if target is not None and 0 <= target < len(self.links):
+            if target is not None and 0 <= target and self._knows(target):
                 self.map.set(slots, target, epoch)
                 if command.route in (BY_ID, BY_NUMBER):
                     self._later(attempt, lambda: self._directed_again(self.links[target], command,
@@ -150,7 +151,7 @@ class ClusterRouter(Router):
         def merge(answers: List[Any]) -> Reply:
             for answer in answers:
                 self.map.served(answer["shard"], answer["served"])
-                self.map.hinted(answer["hints"])
+                self.map.hinted([hint for hint in answer["hints"] if self._knows(hint[1])])
             return [0, None]
         Gather(self.reachable, "slots", [], merge, lambda reply: gevent.spawn_later(RETRY_DELAY, then))
 
@@ -166,18 +167,42 @@ class ClusterRouter(Router):
         else:
             gevent.spawn_later(RETRY_DELAY * (1 << (attempt - 1)), retry)
 
+    # ------------------------------------------------------------ new nodes
+    def _knows(self, ordinal: Optional[int]) -> bool:
+        """Whether there is a link to shard ``ordinal``; if not, the cluster
+        file is read again for nodes appended since the start (a node added
+        with ``cluster add-node``: the first news of it is a move to it)."""
+        if ordinal is None or ordinal < len(self.links):
+            return True
+        try:
+            spec = load_cluster(self.spec.path)
+        except ValueError as err:
+            log.warning("shard %d is new to this router, and the cluster file cannot be read: %s",
+                        ordinal, err)
+            return False
+        for shard in spec.shards()[len(self.links):]:
+            link = ShardLink(shard.ordinal, (shard.host, shard.port), self._shard_event, self._shard_down,
+                             self._link_up, None, self._context, self._auth)
+            self.links.append(link)
+            self.reachable.append(link)
+            log.info("shard %s (ordinal %d) of node %s is new in %s: linking to %s:%d", shard.name,
+                     shard.ordinal, shard.node, spec.path, shard.host, shard.port)
+        self.spec = spec
+        return ordinal < len(self.links)
+
     # ----------------------------------------------------------- shard events
     def _shard_event(self, link: ShardLink, kind: str, body: Any) -> None:
         if kind == "hello" and "slots" in body:
             slots = body["slots"]
             self.map.served(link.index, slots["served"])
-            self.map.hinted(slots["hints"])
+            self.map.hinted([hint for hint in slots["hints"] if self._knows(hint[1])])
         elif kind == "owns":
             owner, ranges, epoch = body
             self.map.ranges_set(ranges, owner, epoch)
             return
         elif kind == "gave":
             ranges, target, epoch = body
-            self.map.ranges_set(ranges, target, epoch)
+            if self._knows(target):
+                self.map.ranges_set(ranges, target, epoch)
             return
         super()._shard_event(link, kind, body)
