@@ -46,15 +46,16 @@ def test_a_move_carries_ready_scheduled_leased_and_finished_jobs_exactly():
     ranges = ranges_of("q")
     assert slot_of("other") not in from_ranges(ranges)   # (xxhash: fixed for these two names)
     reply = giver.execute("move_out", [ranges, 1, 7], T0 + SEC)
-    assert reply[0] == OK
-    moved = {event[1] for event in reply[1]}
+    assert reply[0] == OK and reply[1]["next"] is None
+    jobs = reply[1]["jobs"]
+    moved = {event[1] for event in jobs}
     assert moved == {"ready", "later", "leased", "done", "ready2"}
     assert set(giver.jobs) == {"stays"}
     assert ("parked2", [TIMEOUT, ""]) in giver.outbox           # its queue fills elsewhere now
     assert giver.slots.state[slot_of("q")] == MOVING
     assert giver.execute("move_out", [ranges, 1, 7], T0 + 2 * SEC) == reply   # asked again: the same
-    assert taker.execute("move_in", [ranges, 7, reply[1]], T0 + 2 * SEC) == [OK, 5]
-    assert taker.execute("move_in", [ranges, 7, reply[1]], T0 + 3 * SEC) == [OK, 0]   # a repeat
+    assert taker.execute("move_in", [ranges, 7, jobs], T0 + 2 * SEC) == [OK, 5]
+    assert taker.execute("move_in", [ranges, 7, jobs], T0 + 3 * SEC) == [OK, 0]   # a repeat
     assert giver.execute("move_done", [7], T0 + 3 * SEC) == [OK, None]
     assert giver.slots.state[slot_of("q")] == NOT_OURS
     assert giver.slots.hints[slot_of("q")] == (1, 7)
@@ -109,6 +110,31 @@ def test_a_result_waiter_of_a_moving_job_is_answered_and_the_receiver_offers_its
     assert taker.execute("lease", [["q"], 5_000], T0, token="worker") is None  # parked at the receiver
     reply = giver.execute("move_out", [ranges_of("q"), 1, 3], T0 + MS)
     assert ("waiter", [TIMEOUT, ""]) in giver.outbox
-    taker.execute("move_in", [ranges_of("q"), 3, reply[1]], T0 + 2 * MS)
+    taker.execute("move_in", [ranges_of("q"), 3, reply[1]["jobs"]], T0 + 2 * MS)
     delivered = [r for token, r in taker.outbox if token == "worker"]
     assert delivered and delivered[0][0] == OK
+
+
+def test_a_slot_of_big_jobs_moves_in_parts_and_is_served_only_after_the_last():
+    giver, taker = owner(), Engine(shard=1, shards=250)
+    taker.execute("claim", [[]], T0)
+    for i in range(10):
+        add(giver, f"big{i}", name="q", payload=b"x" * 1000, now=T0)
+    ranges = ranges_of("q")
+    start, parts, got = 0, 0, []
+    while start is not None:
+        reply = giver.execute("move_out", [ranges, 1, 4, start, 2500], T0)
+        part, start = reply[1]["jobs"], reply[1]["next"]
+        assert 1 <= len(part) <= 3
+        taker.execute("move_in", [ranges, 4, part, start is None], T0)
+        assert taker.slots.serving(slot_of("q")) == (start is None)
+        got += [event[1] for event in part]
+        parts += 1
+    assert parts >= 4 and sorted(got) == sorted(f"big{i}" for i in range(10))
+    # a part sent again replaces what it brought (the giver's copy is the right one)
+    again = giver.execute("move_out", [ranges, 1, 4, 0, 2500], T0)[1]["jobs"]
+    taker2 = Engine(shard=2, shards=250)
+    taker2.execute("claim", [[]], T0)
+    taker2.execute("move_in", [ranges, 4, again, False], T0)
+    taker2.execute("move_in", [ranges, 4, again, False], T0)
+    assert len(taker2.jobs) == len(again) and not taker2.slots.serving(slot_of("q"))

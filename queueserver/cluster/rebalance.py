@@ -104,11 +104,17 @@ class Rebalancer:
         return jobs
 
     def _steps(self, giver: int, target: int, ranges: list, epoch: int) -> int:
+        """Copy (in parts of a few MiB), switch, delete."""
         call = self.cluster.call
-        jobs = call(giver, "move_out", [ranges, target, epoch])
-        call(target, "move_in", [ranges, epoch, jobs])
+        start: Optional[int] = 0
+        moved = 0
+        while start is not None:
+            part = call(giver, "move_out", [ranges, target, epoch, start])
+            start = part["next"]
+            call(target, "move_in", [ranges, epoch, part["jobs"], start is None])
+            moved += len(part["jobs"])
         call(giver, "move_done", [epoch])
-        return len(jobs)
+        return moved
 
     # ------------------------------------------------------------- balancing
     def balance(self, among: Sequence[int], batch: int = DEFAULT_BATCH) -> int:

@@ -72,6 +72,7 @@ from .timers import Timer, Timers
 from ..cluster.slots import from_ranges, slot_of
 
 MS = 1000  # microseconds per millisecond
+MOVE_CHUNK_BYTES = 4 << 20   # payload bytes per part of a slot move (frames stay far below their cap)
 
 # Timer kinds.
 T_WAKE = "wake"        # a scheduled job's time has come
@@ -832,10 +833,13 @@ class Engine:
     def _ev_hints(self, hints) -> None:
         self.slots.set_hints(hints)
 
-    def _move_out(self, now: int, token: Any, ranges: list, target: int, epoch: int) -> Reply:
+    def _move_out(self, now: int, token: Any, ranges: list, target: int, epoch: int,
+                  start: int = 0, budget: int = MOVE_CHUNK_BYTES) -> Reply:
         """Stop serving the slots of ``ranges`` and set their jobs aside for
-        ``target``; the jobs, as ``job`` events. Asked again (the mover lost
-        the answer), the same jobs."""
+        ``target``. Answers ``{"jobs": [job events], "next": index or None}``:
+        the jobs from index ``start``, about ``budget`` bytes of payloads and
+        results at most (at least one), so that a slot of big jobs goes in
+        many frames. Asked again (the mover lost the answer), the same jobs."""
         slots = self.slots
         if slots is None:
             raise client_error("Not a cluster shard")
@@ -853,11 +857,20 @@ class Engine:
             for id in [job.id for job in self.jobs.values() if job.name in names]:
                 self.apply(("export", id, epoch))
             move = slots.moves[epoch]
-        return [OK, [list(job) for job in move.jobs]]
+        jobs, size, end = move.jobs, 0, start
+        while end < len(jobs) and (end == start or size < budget):
+            size += len(jobs[end][4]) + len(jobs[end][17] or b"") + 100
+            end += 1
+        return [OK, {"jobs": [list(job) for job in jobs[start:end]],
+                     "next": end if end < len(jobs) else None}]
 
-    def _move_in(self, now: int, token: Any, ranges: list, epoch: int, jobs: list) -> Reply:
-        """Take the slots of ``ranges`` and their jobs (``job`` events); a
-        repeat of a move already taken changes nothing."""
+    def _move_in(self, now: int, token: Any, ranges: list, epoch: int, jobs: list,
+                 last: bool = True) -> Reply:
+        """Take jobs (``job`` events) of the slots of ``ranges``, and with the
+        ``last`` part the slots themselves: served from then on. A repeat of
+        a move already taken changes nothing; a part sent again replaces
+        the jobs it brought before (the giver's copy is the right one until
+        the slots are taken)."""
         if self.slots is None:
             self.slots = SlotOwnership()
         slots = self.slots
@@ -867,6 +880,8 @@ class Engine:
             if event[1] in self.jobs:   # left by an earlier try cut short: the giver's is right
                 self.apply(("delete", event[1]))
             self.apply(tuple(event))
+        if not last:
+            return [OK, len(jobs)]
         self.apply(("own", ranges, epoch))
         for name in {event[3] for event in jobs}:
             queue = self.queues.get(name)

@@ -22,7 +22,7 @@ import gevent
 from gevent import socket
 
 from ..cluster.clusterfile import ClusterSpec, ShardSpec
-from ..cluster.slots import SLOTS, initial_owners, to_ranges
+from ..cluster.slots import SLOTS, initial_owners, slot_of, to_ranges
 from ..engine.ownership import MOVING, SERVING, OutgoingMove
 from ..engine.status import MOVED, SERVER_ERROR, Reply
 from ..net import linkauth
@@ -118,10 +118,20 @@ class ShardInCluster:
                 target, epoch = table.hints.get(slot, (None, 0))
                 return [MOVED, [slot, target, epoch]]
             return None
-        if table.moves and args:
-            key = args[0]
-            if key.__class__ is str or key.__class__ is int:
-                return table.holding(key)
+        if not args:
+            return None
+        key = args[0]
+        if table.moves and (key.__class__ is str or key.__class__ is int):
+            move = table.holding(key)
+            if move is not None:
+                return move
+        if key.__class__ is str:
+            job = engine.jobs.get(key)
+            if job is not None:   # a job of a slot not (yet) served here: a move brings it
+                slot = slot_of(job.name)
+                if table.state[slot] != SERVING:
+                    target, epoch = table.hints.get(slot, (None, 0))
+                    return [MOVED, [slot, target, epoch]]
         return None
 
     def hold(self, move: OutgoingMove, send: Send) -> None:

@@ -38,6 +38,8 @@ from .history import Context, HistoryWriter
 from ..net.channel import FrameChannel
 from ..net.handoff import HandoffChannel, handoff_path, listen_seqpacket
 from .direct import DirectServer
+from .stats import ShardStats
+from ..metrics.control import control_path, serve_control
 from .clustering import ShardInCluster, ordinal_spec
 from ..cluster.clusterfile import load_cluster
 from ..net import linkauth
@@ -91,6 +93,7 @@ class Shard:
             self.history = HistoryWriter(history_dir, index)
             self.engine.history = True
         self.direct = DirectServer(self)
+        self.stats = ShardStats(self.index)   # /metrics: counts once attached, after recovery
         self._ids = itertools.count(1)
         self._rearm = Event()
         self._armed: Optional[int] = None
@@ -302,14 +305,14 @@ class Shard:
         move = slots.moves.get(args[0]) if op == "move_done" else None
         reply = self.execute(op, args)
         if reply[0] == OK:
-            if op == "move_in" and reply[1]:
-                log.info("shard %s took %d slots (epoch %d) with %d jobs", self.cluster.me.name,
-                         len(from_ranges(args[0])), args[1], reply[1])
+            if op == "move_in" and (len(args) < 4 or args[3]):   # the last part: the slots are ours
+                log.info("shard %s took %d slots (epoch %d), %d jobs in the last part",
+                         self.cluster.me.name, len(from_ranges(args[0])), args[1], reply[1])
                 self._broadcast([0, "owns", [self.index, args[0], args[1]]])
-            elif op == "move_out":
+            elif op == "move_out" and (len(args) < 4 or args[3] == 0):
                 log.info("shard %s is giving %d slots to shard %d (epoch %d): %d jobs set aside",
                          self.cluster.me.name, len(from_ranges(args[0])), args[1], args[2],
-                         len(reply[1]))
+                         len(slots.moves[args[2]].jobs))
             elif move is not None:
                 log.info("shard %s gave %d slots to shard %d (epoch %d)", self.cluster.me.name,
                          len(from_ranges(move.ranges)), move.target, move.epoch)
@@ -445,6 +448,8 @@ def main(argv=None) -> None:
         with open(args.socket + ".refused", "w") as f:
             f.write(str(err))   # for the supervisor's one line
         sys.exit(EXIT_REFUSED)
+    shard.stats.attach(shard.engine)   # from here on; replaying the log counted nothing
+    serve_control(control_path(args.socket), lambda: shard.stats.snapshot(shard))
     stop = stop_event()
     server = gevent.spawn(shard.serve)
     server.link(lambda g: stop.set())
@@ -462,7 +467,7 @@ def main(argv=None) -> None:
                  args.index, stats["appended_records"], stats["fsyncs"], stats["fsynced_records"],
                  stats["max_records_per_fsync"], stats["write_errors"], stats["compactions"],
                  stats["worst-compaction-pause-ms"])
-    for path in (args.socket, handoff_path(args.socket), args.socket + ".ready"):
+    for path in (args.socket, handoff_path(args.socket), args.socket + ".ready", control_path(args.socket)):
         if os.path.exists(path):
             os.unlink(path)
     log.info("shard %d exiting", args.index)
