@@ -16,6 +16,7 @@ shard is giving away waits the same way.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import gevent
@@ -31,6 +32,7 @@ log = logging.getLogger("queueserver.shard")
 
 HOLD_LIMIT = 10.0        # seconds a request waits for a stalled move before an error
 HANDSHAKE_TIMEOUT = 5.0
+MAX_HANDSHAKES = 64      # connections proving themselves at once; more are closed unanswered
 
 Send = Callable[[Reply], None]
 
@@ -47,6 +49,8 @@ class ShardInCluster:
         self._timers: Dict[int, gevent.Greenlet] = {}
         self.refused = 0
         self._listener = None
+        self._handshakes = 0
+        self._crowd_logged = 0.0
 
     # ------------------------------------------------------------ start-up
     def initial_slots(self) -> List[List[int]]:
@@ -82,17 +86,29 @@ class ShardInCluster:
                  self.me.host, self.me.port, " with TLS" if self.tls is not None else "")
         while True:
             sock, peer = listener.accept()
+            if self._handshakes >= MAX_HANDSHAKES:   # a flood of silent connections costs one close each
+                sock.close()
+                self.refused += 1
+                now = time.monotonic()
+                if now - self._crowd_logged > 10:
+                    self._crowd_logged = now
+                    log.warning("%d link connections are still proving themselves; refusing more "
+                                "(the latest from %s:%d)", MAX_HANDSHAKES, *peer[:2])
+                continue
             gevent.spawn(self._admit, sock, f"{peer[0]}:{peer[1]}", serve_channel)
 
     def _admit(self, sock, peer: str, serve_channel: Callable[[Any], None]) -> None:
+        self._handshakes += 1
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self.tls is not None:
-                sock = linkauth.wrap_server(sock, self.tls)
+                sock = linkauth.wrap_server(sock, self.tls, HANDSHAKE_TIMEOUT)
             admitted = linkauth.serve_handshake(sock, self.secret, peer, HANDSHAKE_TIMEOUT)
         except Exception as err:   # a TLS failure, a reset: this connection only
             log.warning("link from %s refused: %s", peer, err)
             admitted = False
+        finally:
+            self._handshakes -= 1
         if not admitted:
             self.refused += 1
             try:
