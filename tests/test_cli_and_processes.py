@@ -36,7 +36,7 @@ def test_config_file_sets_shards_and_ports_and_flags_override(tmp_path):
     proc = ServerProcess(shards=2, protocols=["workq"], extra=["--config", str(config)])
     proc.start()  # its --workq-port 0 overrides the file's port 1
     try:
-        assert set(proc.ports) == {"workq"}
+        assert set(proc.ports) == {"workq", "metrics"}   # metrics: the HTTP port of /metrics
         w = Wire(proc.connect())
         assert w.call(add(new_id(), "cfg")) == b"+OK\r\n"
         w.close()

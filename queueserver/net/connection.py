@@ -34,6 +34,7 @@ import gevent
 from ..engine.status import OK, SERVER_ERROR, Reply
 from ..protocols.base import LOCAL, Command
 from .channel import RECV_SIZE, BatchWriter
+from ..metrics.traffic import ACCEPTED, COUNTS as _TRAFFIC, OPEN, RECEIVED, SENT
 
 log = logging.getLogger("queueserver.connection")
 
@@ -154,6 +155,9 @@ class ClientConnection:
         self._watcher = gevent.get_hub().loop.io(self._fd, _READ)
         self._linger_timer = None
         self._debug = log.isEnabledFor(logging.DEBUG)
+        _TRAFFIC[OPEN] += 1            # /metrics: served in this process now, and
+        if peer is not None:           # accepted here (a connection moved in has no peer)
+            _TRAFFIC[ACCEPTED] += 1
         if self._debug and peer is not None:
             log.debug("connection %d opened: %s from %s", self.id, protocol, _address(peer))
 
@@ -176,6 +180,7 @@ class ClientConnection:
         if not data:
             self._lost()
             return
+        _TRAFFIC[RECEIVED] += len(data)
         if self.closed:
             return  # lingering after a closing reply: read off and drop
         self._received(data)
@@ -289,6 +294,7 @@ class ClientConnection:
             slot = slots.popleft()
             self._budget -= slot.budget
             self.writer.write(slot.data)
+            _TRAFFIC[SENT] += len(slot.data)
             if slot.close:
                 self._close_after_reply()
                 return
@@ -339,6 +345,8 @@ class ClientConnection:
 
     def _detach(self) -> None:
         """Stop every watcher and timer; the object keeps nothing alive."""
+        if not self._gone:
+            _TRAFFIC[OPEN] -= 1        # closed, or moved to another process
         self._gone = True
         self.closed = True
         self._watcher.stop()

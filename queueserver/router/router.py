@@ -503,9 +503,16 @@ def main(argv=None) -> None:
             gevent.sleep(0.02)
     for protocol, fd in config["listen_fds"].items():
         router.listen(protocol, fd)
+    control = config.get("control")   # /metrics: the supervisor asks for this router's counters there
+    if control:
+        from ..metrics.control import serve_control
+        from .stats import router_stats
+        serve_control(control, lambda: router_stats(router))
     if config.get("ready_file"):
         with open(config["ready_file"], "w") as f:
             f.write(str(os.getpid()))
     stop.wait()
     router.stop()
+    if control and os.path.exists(control):
+        os.unlink(control)
     log.info("router exiting")

@@ -40,6 +40,8 @@ from . import format as F
 from .compaction import DEFAULT_FACTOR, DEFAULT_MIN_BYTES, install_snapshot, should_compact, write_snapshot
 from .errors import StoreError, WriteFailed
 from .segments import Recovery, create_segment, remove_segments, segment_name
+from ..metrics import FSYNC_BUCKETS
+from ..metrics.histogram import Histogram
 
 log = logging.getLogger("queueserver.store")
 
@@ -100,9 +102,16 @@ def _pwrite_all(fd: int, data: Any, offset: int) -> None:
             done += os.pwrite(fd, view[done:], offset + done)
 
 
-def _pwrite_sync(fd: int, data: Any, offset: int) -> None:
+def _pwrite_sync(fd: int, data: Any, offset: int) -> float:
     _pwrite_all(fd, data, offset)
+    return _timed_fdatasync(fd)
+
+
+def _timed_fdatasync(fd: int) -> float:
+    """fdatasync ``fd``; the seconds it took (for the fsync histogram of /metrics)."""
+    started = time.perf_counter()
     os.fdatasync(fd)
+    return time.perf_counter() - started
 
 
 class AppendLog:
@@ -160,6 +169,7 @@ class AppendLog:
         self.write_errors = 0
         self.compactions = 0
         self.segments_created = 0
+        self.fsync_seconds = Histogram(FSYNC_BUCKETS)   # one count per fsync counted in `fsyncs`
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> "AppendLog":
@@ -409,7 +419,7 @@ class AppendLog:
         if self.policy == "always":
             self._in_flight = chunk.records
             try:
-                _, err = self._run(_pwrite_sync, seg.fd, chunk.data, offset)
+                took, err = self._run(_pwrite_sync, seg.fd, chunk.data, offset)
             finally:
                 self._in_flight = 0
         else:
@@ -430,6 +440,7 @@ class AppendLog:
             seg.synced = seg.size
             self._durable = self._written
             self._count_fsync(chunk.records)
+            self.fsync_seconds.observe(took)
             self._ack(self._durable)
         else:
             if self.policy == "interval":
@@ -440,7 +451,7 @@ class AppendLog:
         """fsync the current segment; on failure write its unsynced part again."""
         seg = self._seg
         target = seg.size
-        _, err = self._run(os.fdatasync, seg.fd)
+        took, err = self._run(_timed_fdatasync, seg.fd)
         if err is not None:
             if self.policy == "never":   # nothing kept to write again; the OS decides anyway
                 log.warning("%s: fsync failed: %s", seg.path, err)
@@ -456,6 +467,7 @@ class AppendLog:
             raise err
         seg.synced = target
         self._count_fsync(sum(chunk.records for chunk in seg.unsynced))
+        self.fsync_seconds.observe(took)
         seg.unsynced = []
         self._durable = self._written
 

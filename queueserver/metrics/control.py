@@ -1,0 +1,149 @@
+"""The control socket of a shard or router process: one request, one answer.
+
+Each shard and router listens on a Unix socket of its own in the runtime
+directory (``shard-<i>.ctl``, ``router-<i>.ctl``; mode 0600 like the shard
+sockets, removed when the process exits). It is *not* the shard's router
+socket (``shard-<i>.sock``): a channel there is taken for a router, is sent
+every job id and makes the shard announce every job it makes.
+
+The exchange, in msgpack: the asker sends one request, ``["stats"]``; the
+process answers one map (see :meth:`queueserver.shard.stats.ShardStats.snapshot`
+and :func:`queueserver.router.stats.router_stats`) and closes. Anything else
+is answered ``{"error": "..."}``. The process side runs in its gevent loop;
+the supervisor's side (:func:`ask`, :func:`ask_all`) uses blocking stdlib
+sockets with a timeout, and asks every process at once, so one process that
+does not answer costs a scrape at most that timeout.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, Optional, Sequence
+
+import msgpack
+
+log = logging.getLogger("queueserver.metrics")
+
+#: Seconds the supervisor waits for one process's answer.
+ASK_TIMEOUT = 1.0
+#: Seconds a process gives an asker to send its request.
+REQUEST_TIMEOUT = 5.0
+#: Largest request a process reads.
+MAX_REQUEST = 65536
+#: Largest answer the supervisor reads.
+MAX_ANSWER = 64 * 1024 * 1024
+
+
+def control_path(socket_path: str) -> str:
+    """The control socket beside a shard's socket: ``shard-0.sock`` -> ``shard-0.ctl``."""
+    base = socket_path[:-5] if socket_path.endswith(".sock") else socket_path
+    return base + ".ctl"
+
+
+# ------------------------------------------------------------ process side
+def serve_control(path: str, stats: Callable[[], Dict[str, Any]]):
+    """Listen on ``path`` (gevent; mode 0600) and answer ``["stats"]`` with
+    ``stats()``; returns the accepting greenlet. ``stats`` runs in the event
+    loop, so it sees a consistent state and must be quick."""
+    import gevent
+    from gevent import socket as gsocket
+
+    listener = gsocket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if os.path.lexists(path):
+        os.unlink(path)
+    old = os.umask(0o177)
+    try:
+        listener.bind(path)
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    listener.listen(16)
+
+    def accept_loop() -> None:
+        try:
+            while True:
+                sock, _ = listener.accept()
+                gevent.spawn(_answer, sock, stats)
+        finally:
+            listener.close()
+
+    return gevent.spawn(accept_loop)
+
+
+def _answer(sock, stats: Callable[[], Dict[str, Any]]) -> None:
+    try:
+        sock.settimeout(REQUEST_TIMEOUT)
+        unpacker = msgpack.Unpacker(raw=False, max_buffer_size=MAX_REQUEST)
+        while True:
+            data = sock.recv(4096)
+            if not data:
+                return
+            unpacker.feed(data)
+            for request in unpacker:
+                sock.sendall(msgpack.packb(_handle(request, stats), use_bin_type=True))
+                return
+    except (OSError, ValueError, msgpack.UnpackException) as err:
+        log.debug("control request failed: %s", err)
+    finally:
+        sock.close()
+
+
+def _handle(request: Any, stats: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
+    if not (isinstance(request, list) and request and request[0] == "stats"):
+        return {"error": f"unknown request {request!r:.100}; expected [\"stats\"]"}
+    try:
+        return stats()
+    except Exception as err:   # a bug in counting must not cost the process
+        log.exception("gathering stats failed")
+        return {"error": f"gathering stats failed: {type(err).__name__}"}
+
+
+# --------------------------------------------------------- supervisor side
+def ask(path: str, request: Sequence[Any] = ("stats",), timeout: float = ASK_TIMEOUT) -> Dict[str, Any]:
+    """One process's answer; OSError (ConnectionRefusedError, FileNotFoundError,
+    TimeoutError, ...) or ValueError when there is none within ``timeout`` s."""
+    import time
+    deadline = time.monotonic() + timeout
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        sock.sendall(msgpack.packb(list(request), use_bin_type=True))
+        unpacker = msgpack.Unpacker(raw=False, max_buffer_size=MAX_ANSWER, strict_map_key=False)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{path}: no answer within {timeout:g} s")
+            sock.settimeout(left)
+            data = sock.recv(1 << 16)
+            if not data:
+                raise ConnectionResetError(f"{path}: closed without an answer")
+            unpacker.feed(data)
+            for answer in unpacker:
+                if not isinstance(answer, dict):
+                    raise ValueError(f"{path}: answered {type(answer).__name__}, not a map")
+                return answer
+
+
+def ask_all(paths: Dict[Any, str], timeout: float = ASK_TIMEOUT) -> Dict[Any, Optional[Dict[str, Any]]]:
+    """Every process's answer at once (a thread each): key -> answer, or
+    None for a process that did not answer (down, starting, stuck)."""
+    if not paths:
+        return {}
+
+    def one(path: str) -> Optional[Dict[str, Any]]:
+        try:
+            answer = ask(path, timeout=timeout)
+        except (OSError, ValueError, msgpack.UnpackException) as err:
+            log.debug("no stats from %s: %s", path, err)
+            return None
+        if "error" in answer:
+            log.warning("stats from %s: %s", path, answer["error"])
+            return None
+        return answer
+
+    with ThreadPoolExecutor(max_workers=min(len(paths), 32),
+                            thread_name_prefix="metrics-ask") as pool:
+        futures = {key: pool.submit(one, path) for key, path in paths.items()}
+        return {key: future.result() for key, future in futures.items()}

@@ -1,0 +1,134 @@
+"""The node's HTTP port: ``GET /metrics`` (Prometheus) and ``GET /status`` (JSON).
+
+It runs in the supervisor, which has no event loop, so it is the standard
+library's :class:`http.server.ThreadingHTTPServer` in one daemon thread
+(each request gets a thread of its own). That is the server
+``prometheus_client.start_http_server`` uses too; we do not call that
+helper because it binds at once and serves the registry on every path,
+while we need the port bound before the children start (so that a port in
+use is the same one-line start-up error as a protocol's port) and need
+``/status`` beside ``/metrics`` and 404 elsewhere. A request thread asks
+the shards and routers (blocking sockets, :data:`~.control.ASK_TIMEOUT`
+at most) and formats the answer with ``prometheus_client``'s own encoder,
+in the text format or OpenMetrics as the scraper's ``Accept`` asks.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable, Dict, Optional, Tuple
+from urllib.parse import urlsplit
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+
+from .collect import NodeCollector, NodeView
+
+log = logging.getLogger("queueserver.metrics")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True        # a slow scraper never holds the supervisor's exit
+    allow_reuse_address = True   # as the protocol ports (SO_REUSEADDR)
+    request_queue_size = 64
+
+    def __init__(self, address: Tuple[str, int], family: int, node: "NodeMetrics") -> None:
+        self.address_family = family
+        self.node = node
+        super().__init__(address, _Handler, bind_and_activate=True)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind looks the host's name up (getfqdn): not needed, and slow offline.
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.socket.bind(self.server_address)
+        self.server_address = self.socket.getsockname()
+        self.server_name, self.server_port = str(self.server_address[0]), self.server_address[1]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "queueserver-metrics"
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:   # noqa: N802 (http.server's naming)
+        node: NodeMetrics = self.server.node   # type: ignore[attr-defined]
+        path = urlsplit(self.path).path
+        try:
+            if path == "/metrics":
+                encoder, content_type = choose_encoder(self.headers.get("Accept"))
+                self._send(200, content_type, encoder(node.registry))
+            elif path == "/status":
+                body = json.dumps(node.view.gather(), indent=2, sort_keys=True) + "\n"
+                self._send(200, "application/json", body.encode())
+            else:
+                self._send(404, "text/plain; charset=utf-8",
+                           b"not found: try /metrics (Prometheus) or /status (JSON)\n")
+        except Exception:   # a bug must cost this request only
+            log.exception("serving %s failed", path)
+            self._send(500, "text/plain; charset=utf-8", b"internal error\n")
+
+    def _send(self, status: int, content_type: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args) -> None:   # noqa: A002 (http.server's signature)
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+class NodeMetrics:
+    """The supervisor's metrics port: :meth:`bind` (before the children start;
+    OSError if the port cannot be had), :meth:`start`, :meth:`stop`."""
+
+    def __init__(self, host: str, port: int, node: Optional[str], shards: Dict[int, str],
+                 routers: Dict[int, str]) -> None:
+        self.host = host
+        self.requested_port = port
+        self.view = NodeView(node, shards, routers)
+        self.registry = CollectorRegistry(auto_describe=False)   # our own: no global state
+        self.registry.register(NodeCollector(self.view))
+        self._server: Optional[_Server] = None
+        self._thread: Optional[threading.Thread] = None
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "not bound"
+        return self._server.server_port
+
+    def bind(self) -> None:
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        self._server = _Server((self.host, self.requested_port), family, self)
+
+    def start(self) -> None:
+        assert self._server is not None, "bind first"
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
+                                        name="metrics-http", daemon=True)
+        self._thread.start()
+        log.info("metrics on http://%s:%d/metrics (and /status)",
+                 self.host if ":" not in self.host else f"[{self.host}]", self.port)
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        if self._thread is not None:
+            server.shutdown()          # ends serve_forever (within its poll interval)
+            self._thread.join(5.0)
+            self._thread = None
+        server.server_close()
+
+
+def node_metrics(config, runtime_file: Callable[[str], str]) -> NodeMetrics:
+    """The bound (not yet serving) metrics port of a node run with ``config``;
+    ``runtime_file(name)``: a path in its runtime directory. OSError if the
+    port cannot be had."""
+    metrics = config.metrics
+    shards = {i: runtime_file(f"shard-{i}.ctl") for i in range(config.shards)}
+    routers = {i: runtime_file(f"router-{i}.ctl") for i in range(config.routers)}
+    node = NodeMetrics(metrics.bind or config.bind, metrics.port, config.node, shards, routers)
+    node.bind()
+    return node

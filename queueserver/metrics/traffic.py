@@ -1,0 +1,22 @@
+"""Client traffic of this process, counted by :class:`~queueserver.net.connection.ClientConnection`.
+
+One module-level list of ints, updated in place: a router process serves
+its clients and a shard process the connections handed to it (the direct
+path), never both, so the process's counters are its own. Reading them is
+the control socket's business (:mod:`queueserver.metrics.control`).
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+#: Indexes into :data:`COUNTS`.
+RECEIVED, SENT, ACCEPTED, OPEN = range(4)
+
+#: bytes received from clients, bytes of answers written to them, connections
+#: accepted (by a router's listener), connections served in this process now.
+COUNTS = [0, 0, 0, 0]
+
+
+def snapshot() -> Dict[str, int]:
+    return {"bytes_received": COUNTS[RECEIVED], "bytes_sent": COUNTS[SENT],
+            "accepted": COUNTS[ACCEPTED], "connections": COUNTS[OPEN]}

@@ -1,0 +1,22 @@
+"""What a router's control socket answers (see :mod:`queueserver.metrics.control`)."""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict
+
+from ..metrics import traffic
+
+_STARTED = time.time()
+
+
+def router_stats(router) -> Dict[str, Any]:
+    """``connections``: clients served by this router now (a connection
+    handed to a shard is counted by that shard while it is there);
+    ``clients``: every connection it accepted that is still open, wherever
+    it is served; ``accepted`` and the byte counters: since it started."""
+    answer: Dict[str, Any] = {"kind": "router", "index": router.index, "pid": os.getpid(),
+                              "started": _STARTED, "clients": router.clients,
+                              "shard_links_up": sum(1 for link in router.links if link.up)}
+    answer.update(traffic.snapshot())
+    return answer
