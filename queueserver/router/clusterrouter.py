@@ -55,12 +55,15 @@ class ClusterRouter(Router):
                 addresses.append(None)
             else:
                 addresses.append((shard.host, shard.port))
-        return cls(spec, addresses, *arguments, auth=(secret, tls))
+        router = cls(spec, addresses, *arguments, auth=(secret, tls))
+        router.key = f"{cluster['node']}/{router.index}"   # router 0 of every node: told apart
+        return router
 
     def __init__(self, spec: ClusterSpec, addresses: List[Any], *arguments: Any, **keywords: Any) -> None:
         super().__init__(addresses, *arguments, **keywords)
         self.spec = spec
         self._auth = keywords.get("auth")
+        self.share_clients = True   # active-clients counts the whole cluster's
         self.map = SlotMap(spec.founders())
         #: shards that may hold a job (a removed node's shards have no link)
         self.reachable = [link for link in self.links if link.path is not None]

@@ -83,6 +83,10 @@ class Router:
         #: the client behind the request being routed, when shards keep a history
         self._context: List[Any] = [None]
         self.index = index
+        #: how this router is known to shards (and in client ids of the history)
+        self.key: Any = index
+        #: whether shards must hear how many clients it serves (for ``active-clients``)
+        self.share_clients = routers > 1
         self.routers = routers
         self.direct_path = direct_path
         limits = limits or {}
@@ -214,7 +218,8 @@ class Router:
         """Frames leave once per loop turn anyway: nothing to do here."""
 
     def _link_up(self, link: ShardLink) -> None:
-        link.notify("router", self.index)
+        if link.local:   # connections are handed over (and back) between a host's processes only
+            link.notify("router", self.index)
         self._report_clients(link)
 
     # ----------------------------------------------------------- direct path
@@ -285,9 +290,9 @@ class Router:
     def _report_clients(self, link: Optional[ShardLink] = None) -> None:
         """Tell the shards how many clients this router serves, so that any
         router can answer ``active-clients`` for all of them."""
-        if self.routers > 1:
+        if self.share_clients:
             for each in ([link] if link is not None else self.links):
-                each.notify("clients", [self.index, self.clients])
+                each.notify("clients", [self.key, self.clients])
 
     def stop(self) -> None:
         for listener, watcher in self.servers.values():
@@ -306,7 +311,7 @@ class Router:
         the client leaves. A lease over a protocol whose leases end with the
         connection is owned by it, and the shard told when it closes."""
         if self.history and command.op in _HISTORY_OPS:
-            self._context[0] = (connection.protocol, f"{self.index}-{connection.origin}")
+            self._context[0] = (connection.protocol, f"{self.key}-{connection.origin}")
             try:
                 return self._execute(connection, command, callback)
             finally:
@@ -431,7 +436,7 @@ class Router:
             clients = {}
             for answer in answers:
                 clients.update(answer.get("router-clients", ()))
-            clients[self.index] = self.clients
+            clients[self.key] = self.clients
             return [OK, {"active-clients": sum(clients.values()),
                          "evicted-jobs": sum(a["evicted-jobs"] for a in answers),
                          "started": self.started}]
