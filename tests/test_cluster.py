@@ -338,3 +338,55 @@ def test_cluster_mistakes_are_one_line_each(tmp_path):
     missing = ["serve", "--cluster", str(tmp_path / "nope.toml"), "--node", "a", *data]
     assert "does not exist" in one_line_error(run_cli(*missing))
     assert "is not in" in one_line_error(run_cli("cluster", "add-node", "zz", "--cluster", str(nodes.file)))
+
+
+# ------------------------------------------------------------- old maps
+def test_a_router_with_an_old_map_follows_moved_to_the_owner(three):
+    """A router (here in this process, linked over TCP to the three real
+    nodes' shards like a fourth node's) whose map is out of date: the shard
+    it asks answers MOVED, and the client's answer is still the owner's."""
+    import gevent
+    from queueserver.engine.status import OK as OK_
+    from queueserver.protocols import codec_class
+    from queueserver.router.clusterrouter import ClusterRouter
+    nodes = three
+    router = ClusterRouter.from_config({"file": str(nodes.file), "node": "elsewhere"}, [], {}, 0, 1,
+                                       None, False, False)
+    codec = codec_class("workq")()
+
+    def ask(line: bytes):
+        replies = []
+        router.route(codec.receive(line)[0], replies.append)
+        with gevent.Timeout(20):
+            while not replies:
+                gevent.sleep(0.01)
+        return replies[0]
+
+    try:
+        with gevent.Timeout(20):
+            while not all(link.up for link in router.links):
+                gevent.sleep(0.05)
+        name = name_on(3, "stale")
+        slot = slot_of(name)
+        id = str(uuid.uuid4())
+        with Client(*nodes.address("a")) as a:
+            a.add(id, name, b"p", 60_000, 600_000)
+        # 1. a shard that never had the slot (no hint): the router asks every shard for its slots
+        router.map.owners[slot], router.map.epochs[slot] = 0, 0
+        reply = ask(f"inspect queue {name}\r\n".encode())
+        assert reply[0] == OK_ and router.map.owners[slot] == 3
+        # 2. a former owner's hint: moved to b/0, then the router forgets it
+        result = nodes.cli("move", "--slots", str(slot), "--to", "b/0")
+        assert result.returncode == 0, result.stderr
+        with gevent.Timeout(20):
+            while router.map.owners[slot] != 2:   # the giver's news reached it
+                gevent.sleep(0.01)
+        router.map.owners[slot], router.map.epochs[slot] = 3, 0
+        assert ask(f"inspect queue {name}\r\n".encode())[0] == OK_
+        assert router.map.owners[slot] == 2
+        # 3. a job id the directory places on its former shard
+        router.directory.place(id, 3)
+        reply = ask(f"inspect job {id}\r\n".encode())
+        assert reply[0] == OK_
+    finally:
+        router.stop()
