@@ -303,12 +303,14 @@ class Shard:
                                         "jobs": len(self.engine.jobs)}]])
             return
         move = slots.moves.get(args[0]) if op == "move_done" else None
+        fresh = op == "move_in" and any(slots.epochs[slot] < args[1] for slot in from_ranges(args[0]))
         reply = self.execute(op, args)
         if reply[0] == OK:
-            if op == "move_in" and (len(args) < 4 or args[3]):   # the last part: the slots are ours
+            if fresh and (len(args) < 4 or args[3]):   # the last part: the slots are ours now
                 log.info("shard %s took %d slots (epoch %d), %d jobs in the last part",
                          self.cluster.me.name, len(from_ranges(args[0])), args[1], reply[1])
                 self._broadcast([0, "owns", [self.index, args[0], args[1]]])
+                self.stats.slots_moved("in", len(from_ranges(args[0])))
             elif op == "move_out" and (len(args) < 4 or args[3] == 0):
                 log.info("shard %s is giving %d slots to shard %d (epoch %d): %d jobs set aside",
                          self.cluster.me.name, len(from_ranges(args[0])), args[1], args[2],
@@ -317,6 +319,7 @@ class Shard:
                 log.info("shard %s gave %d slots to shard %d (epoch %d)", self.cluster.me.name,
                          len(from_ranges(move.ranges)), move.target, move.epoch)
                 self._broadcast([0, "gave", [move.ranges, move.target, move.epoch]])
+                self.stats.slots_moved("out", len(from_ranges(move.ranges)))
                 # Its waiting requests go to the new owner once the log says so.
                 self.answer(lambda _: self.cluster.released(move), reply)
         self.answer(partial(_send_reply, channel, req_id), reply)
