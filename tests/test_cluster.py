@@ -159,10 +159,11 @@ def test_a_node_killed_mid_move_comes_back_to_exactly_one_owner(tmp_path, victim
     it restarts; the move command, still running, finishes the move."""
     with Nodes(tmp_path) as nodes:
         nodes.start()
-        names = [name_on(ordinal, "kill") for ordinal in (0, 1)] * 1
+        names = [name_on(ordinal, "kill") for ordinal in (0, 1)]
         more = [name_on(ordinal, "kill") for ordinal in (0, 1) for _ in range(15)]
         history = History()
         load = Load(history, lambda: nodes.procs["b"].ports, names + more, host=nodes.host["b"]).start()
+        mover = None
         try:
             time.sleep(0.5)
             mover = nodes.cli_process("move", "--slots", slot_list(names + more), "--to", "c/0",
@@ -180,7 +181,7 @@ def test_a_node_killed_mid_move_comes_back_to_exactly_one_owner(tmp_path, victim
             assert result.returncode == 0, result.stdout + result.stderr
         finally:
             load.stop()
-            if mover.poll() is None:
+            if mover is not None and mover.poll() is None:
                 mover.kill()
                 mover.wait()
         _check(history, nodes, names + more, via="b")
