@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: run test venv dev clean loadtest bench crash-test bench-spark
+.PHONY: run test venv dev clean loadtest bench crash-test bench-spark bench-cluster
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ bench: venv
 # queueserver history (10M events, full and incremental) and the DataFrame writer on local[*]; ARGS="--quick" for 200k.
 bench-spark: dev
 	$(BIN)/python loadtests/history_bench.py $(ARGS)
+
+# The cost of a cross-node hop and cycles/s for 1, 2, 3 nodes, all on loopback (about 3 min;
+# ARGS="--quick" for ~20 s); the figures also go to loadtests/results/cluster-<time>.json.
+bench-cluster: venv
+	$(BIN)/python loadtests/cluster_bench.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache loadtests/.peers
