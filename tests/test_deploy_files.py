@@ -355,6 +355,19 @@ def test_docker_compose_config_accepts_the_file(tmp_path):
     assert done.returncode == 0, done.stderr
 
 
+def test_the_compose_file_is_valid_under_the_compose_specification_schema():
+    """The check ``docker compose config`` starts with, where the plugin is
+    absent: the Compose Specification's own JSON schema (compose-spec/compose-spec,
+    ``schema/compose-spec.json``, kept in tests/data)."""
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is in the dev extra")
+    with open(os.path.join(os.path.dirname(__file__), "data", "compose-spec.json")) as f:
+        schema = json.load(f)
+    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(_compose()), key=str)
+    assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors)
+    broken = dict(_compose(), services={"node-a": {"imgae": "x"}})
+    assert list(jsonschema.Draft7Validator(schema).iter_errors(broken))   # the schema does catch mistakes
+
+
 def test_the_compose_file_runs_the_three_nodes_of_its_cluster_file():
     compose = _compose()
     cluster = _cluster(os.path.join(COMPOSE, "cluster.toml"))
