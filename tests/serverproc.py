@@ -73,7 +73,11 @@ class ServerProcess(serverprocess.ServerProcess):
 def run_cli(*args: str, timeout: float = 30, prefix: Sequence[str] = (),
             **kwargs: Any) -> subprocess.CompletedProcess:
     """``queueserver ARGS...`` as a real process (after ``prefix``, e.g. a
-    privilege wrapper), its output captured as text."""
+    privilege wrapper), its output captured as text. A ``serve`` that names
+    no metrics port takes a free one (two suites at once never collide on
+    the default)."""
+    if args and args[0] == "serve" and not any("metrics" in arg for arg in args):
+        args = (*args, "--metrics-port", "0")
     return subprocess.run([*prefix, sys.executable, "-m", "queueserver", *args], capture_output=True,
                           text=True, timeout=timeout, **kwargs)
 

@@ -20,9 +20,10 @@ def test_version_and_usage():
     assert version.returncode == 0
     assert version.stdout == f"queueserver {__version__}\n"
     usage = run_cli("--help")
-    assert usage.stdout.startswith("usage: queueserver [-h] [--version] {serve,worker} ...\n")
+    assert usage.stdout.startswith("usage: queueserver [-h] [--version] {serve,worker,history,cluster} ...\n")
     line = one_line_error(run_cli())
-    assert line.startswith("queueserver: error: ") and "{serve,worker}" in line and "--help" in line
+    assert line.startswith("queueserver: error: ") and "{serve,worker,history,cluster}" in line \
+        and "--help" in line
     assert "invalid choice: 'srve'" in one_line_error(run_cli("srve"))
 
 

@@ -25,6 +25,8 @@ def test_slot_math():
     assert to_ranges([5, 1, 2, 3, 9]) == [[1, 4], [5, 6], [9, 10]]
     assert from_ranges([[1, 4], [9, 10]]) == [1, 2, 3, 9]
     assert 0 <= slot_of("anything") < SLOTS
+    from queueserver.cluster import command
+    assert command.SLOTS == SLOTS   # the command line's copy (it loads without xxhash)
 
 
 def test_a_move_carries_ready_scheduled_leased_and_finished_jobs_exactly():

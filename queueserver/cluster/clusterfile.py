@@ -32,7 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
 from ..protocols import DEFAULT_PORTS
-from .slots import MAX_SHARDS
+
+#: slots.py's bound (kept here so that reading a cluster file needs no xxhash)
+MAX_SHARDS = 250
 
 
 class ClusterError(ValueError):

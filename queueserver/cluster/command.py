@@ -16,11 +16,10 @@ import json
 import sys
 from typing import Any, List
 
-from ..net.linkauth import SecretError, TLSConfigError
-from .admin import AdminError, Cluster
 from .clusterfile import ClusterError, ClusterSpec, load_cluster
-from .rebalance import DEFAULT_BATCH, Rebalancer
-from .slots import SLOTS
+
+SLOTS = 16384         # (slots.py's; kept here so that the command line loads without xxhash)
+DEFAULT_BATCH = 512   # slots per move step (rebalance.py's; the parser needs it without gevent)
 
 
 def add_parser(sub: Any) -> None:
@@ -60,6 +59,11 @@ def _shard(spec: ClusterSpec, name: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    # The links need gevent: imported here, so that the command line (and
+    # ``--help``) loads without it.
+    from ..net.linkauth import SecretError, TLSConfigError
+    from .admin import AdminError, Cluster
+    from .rebalance import Rebalancer
     try:
         spec = load_cluster(args.cluster)
         if args.action in ("add-node", "remove-node"):
@@ -83,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         cluster.close()
 
 
-def _act(args: argparse.Namespace, spec: ClusterSpec, rebalancer: Rebalancer) -> int:
+def _act(args: argparse.Namespace, spec: ClusterSpec, rebalancer: "Rebalancer") -> int:
     live = [s.ordinal for s in spec.shards()
             if s.node not in {n.name for n in spec.nodes if n.removed}]
     if args.action == "status":
@@ -108,7 +112,8 @@ def _act(args: argparse.Namespace, spec: ClusterSpec, rebalancer: Rebalancer) ->
     return 0
 
 
-def _status(spec: ClusterSpec, rebalancer: Rebalancer, as_json: bool) -> int:
+def _status(spec: ClusterSpec, rebalancer: "Rebalancer", as_json: bool) -> int:
+    from .admin import AdminError
     rows = []
     for shard in spec.shards():
         try:

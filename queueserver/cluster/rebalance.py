@@ -26,12 +26,10 @@ import logging
 from typing import Callable, Dict, List, Optional, Sequence
 
 from .admin import AdminError, Cluster
+from .command import DEFAULT_BATCH   # slots per move: a move pauses its slots for one round of steps
 from .slots import SLOTS, from_ranges, to_ranges
 
 log = logging.getLogger("queueserver.cluster")
-
-DEFAULT_BATCH = 512      # slots per move: a move pauses its slots for one round of three steps
-
 
 class Rebalancer:
     def __init__(self, cluster: Cluster, say: Callable[[str], None] = log.info) -> None:

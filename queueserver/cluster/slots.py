@@ -12,15 +12,16 @@ from typing import Iterable, List, Sequence
 
 import xxhash
 
+# MAX_SHARDS: job numbers are made with this stride in a cluster, so that a
+# number tells which shard made it (as the shard count does on one host) even
+# as shards are added; it also bounds a cluster's shards (the routers' job
+# directory keeps a shard in one byte). Defined with the file's checks.
+from .clusterfile import MAX_SHARDS  # noqa: F401
+
 SLOTS = 16384
 _MASK = SLOTS - 1
 _hash = xxhash.xxh64_intdigest
 
-#: Job numbers are made with this stride in a cluster, so that a number tells
-#: which shard made it (as the shard count does on one host) even as shards
-#: are added; it also bounds a cluster's shards (the routers' job directory
-#: keeps a shard in one byte).
-MAX_SHARDS = 250
 
 Ranges = List[List[int]]
 
