@@ -187,6 +187,7 @@ class Supervisor:
                                          "--queue-idle-timeout", repr(config.queue_idle_timeout),
                                          "--shards", str(config.shards), "--log-level", level]
                           + (["--direct-path"] if config.direct_path else [])
+                          + ([] if config.metrics.enabled else ["--no-metrics"])
                           + (["--data-dir", self.data.shard_dir(i), "--fsync", config.fsync,
                               "--fsync-interval", repr(config.fsync_interval),
                               "--compact-after-bytes", str(config.compact_after_bytes)]

@@ -302,12 +302,13 @@ def test_at_most_100_queue_labels_and_other_holds_the_rest():
 
 
 # ----------------------------------------------------------- off, and in use
-def test_no_metrics_serves_no_port():
-    with ServerProcess(shards=1, protocols=["workq"], extra=["--no-metrics"]) as proc:
+def test_no_metrics_serves_no_port_and_counts_nothing():
+    with ServerProcess(shards=1, protocols=["workq"], extra=["--no-metrics"], log_level="debug") as proc:
         assert "metrics" not in proc.ports
         with Client("127.0.0.1", proc.port("workq")) as client:
             client.add(new_id(), "q", b"x", 60_000, 600_000)
         assert "metrics on http" not in proc.log()
+        assert "--no-metrics" in proc.child_argv("shard-0")   # no per-event hooks in the shard
 
 
 def test_a_metrics_port_in_use_is_one_line(tmp_path):

@@ -425,6 +425,8 @@ def main(argv=None) -> None:
     parser.add_argument("--fsync", choices=("always", "interval", "never"), default="always")
     parser.add_argument("--fsync-interval", type=float, default=1000.0, metavar="MS")
     parser.add_argument("--compact-after-bytes", type=int, default=64 << 20, metavar="BYTES")
+    parser.add_argument("--no-metrics", action="store_true",
+                        help="count nothing for /metrics (spares the per-event hooks)")
     parser.add_argument("--cluster", metavar="FILE", help="the cluster file (with --node)")
     parser.add_argument("--node", metavar="NAME", help="this shard's node in the cluster file")
     parser.add_argument("--history-dir", metavar="DIR",
@@ -451,7 +453,8 @@ def main(argv=None) -> None:
         with open(args.socket + ".refused", "w") as f:
             f.write(str(err))   # for the supervisor's one line
         sys.exit(EXIT_REFUSED)
-    shard.stats.attach(shard.engine)   # from here on; replaying the log counted nothing
+    if not args.no_metrics:
+        shard.stats.attach(shard.engine)   # from here on; replaying the log counted nothing
     serve_control(control_path(args.socket), lambda: shard.stats.snapshot(shard))
     stop = stop_event()
     server = gevent.spawn(shard.serve)
