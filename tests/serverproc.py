@@ -20,6 +20,15 @@ from queueserver import serverprocess
 DIRECT_PATH = os.environ.get("QS_DIRECT_PATH", "1") != "0"
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def poll(condition: Callable[[], object], timeout: float) -> bool:
     """Ask ``condition`` every 20 ms until it is true (True) or ``timeout``
     seconds have passed (False): for a wait whose thing may rightly not happen."""

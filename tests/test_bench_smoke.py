@@ -20,7 +20,7 @@ from typing import Dict, List
 
 import pytest
 
-from serverproc import ServerProcess, wait_for
+from serverproc import ServerProcess, alive, wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(REPO, "loadtests", "bench.py")
@@ -33,14 +33,6 @@ DURABLE_QUIET = "ours, 2 shards, fsync always, no history"
 sys.path.insert(0, os.path.join(REPO, "loadtests"))
 import bench  # noqa: E402
 import peers  # noqa: E402
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def started_pids(stderr: str) -> List[int]:

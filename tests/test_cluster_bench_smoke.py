@@ -17,7 +17,7 @@ from typing import List
 
 import pytest
 
-from serverproc import wait_for
+from serverproc import alive, wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(REPO, "loadtests", "cluster_bench.py")
@@ -26,14 +26,6 @@ TMP_LINE = re.compile(r"temporary directory (\S+)")
 
 sys.path.insert(0, os.path.join(REPO, "loadtests"))
 import cluster_bench  # noqa: E402
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def running_in(path: str) -> List[int]:

@@ -12,16 +12,8 @@ from typing import Iterable
 import pytest
 
 from queueserver.serverprocess import ServerProcess, ServerStartError
-from serverproc import wait_for
+from serverproc import alive, wait_for
 from wire import Wire, add, new_id
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def assert_all_gone(pids: Iterable[int]) -> None:
