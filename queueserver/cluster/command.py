@@ -14,9 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, List
+from typing import TYPE_CHECKING, Any, List
 
 from .clusterfile import ClusterError, ClusterSpec, load_cluster
+
+if TYPE_CHECKING:   # imported when run: the links need gevent
+    from .rebalance import Rebalancer
 
 SLOTS = 16384         # (slots.py's; kept here so that the command line loads without xxhash)
 DEFAULT_BATCH = 512   # slots per move step (rebalance.py's; the parser needs it without gevent)

@@ -16,7 +16,7 @@ so is a job number, first at the shard that made it.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 import gevent
 

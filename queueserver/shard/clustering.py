@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List
 
 import gevent
 from gevent import socket
@@ -181,9 +181,3 @@ class ShardInCluster:
 
 class LinkPortError(ValueError):
     """The link port cannot be had; one line."""
-
-
-def ordinal_spec(spec: ClusterSpec, node: str, index: int) -> Tuple[ShardSpec, int]:
-    """This shard's entry in the cluster file, and how many shards its node has."""
-    mine = spec.shards_of(node)
-    return mine[index], len(mine)

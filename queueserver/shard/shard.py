@@ -40,7 +40,7 @@ from ..net.handoff import HandoffChannel, handoff_path, listen_seqpacket
 from .direct import DirectServer
 from .stats import ShardStats
 from ..metrics.control import control_path, serve_control
-from .clustering import ShardInCluster, ordinal_spec
+from .clustering import ShardInCluster
 from ..cluster.clusterfile import load_cluster
 from ..net import linkauth
 from ..cluster.slots import MAX_SHARDS, from_ranges, slot_of
@@ -80,7 +80,7 @@ class Shard:
         self._placed: list = []         # ids of jobs made here, for the routers' directories
         self._forgotten: list = []      # ids of jobs that left
         #: whether routers must hear of the jobs made here (several routers, or the direct path)
-        self._tell_placed = direct_path or cluster is not None
+        self._tell_placed = self._routers_need_placed()
         #: the shard's log, when it is durable (None: jobs live in memory only)
         self.durability: Optional[Durability] = None
         if data_dir is not None:
@@ -223,7 +223,7 @@ class Shard:
         self.channels[cid] = channel
         # With several routers, or connections served here directly, every
         # router must hear of the jobs made without it.
-        self._tell_placed = len(self.channels) > 1 or self.direct_path or self.cluster is not None
+        self._tell_placed = self._routers_need_placed()
         self._hello(channel)
         execute = self.execute
         durability = self.durability
@@ -275,7 +275,7 @@ class Shard:
             self.router_clients.pop(cid, None)
             for router in [r for r, c in self.router_channels.items() if c == cid]:
                 del self.router_channels[router]
-            self._tell_placed = len(self.channels) > 1 or self.direct_path
+            self._tell_placed = self._routers_need_placed()
             # The router is gone: so is every connection it served.
             engine = self.engine
             for token in [t for t in engine.waiters if t[0] == cid]:
@@ -284,6 +284,12 @@ class Shard:
                 execute("disown", (owner,))
             self._after_batch()
             channel.close()
+
+    def _routers_need_placed(self) -> bool:
+        """Whether routers must hear of every job made here: when some job is
+        made without them (several routers, the direct path, a cluster's
+        routers on other hosts)."""
+        return len(self.channels) > 1 or self.direct_path or self.cluster is not None
 
     def _hello(self, channel: FrameChannel) -> None:
         """Tell a (re)connected router which jobs live here (and, in a
@@ -438,7 +444,7 @@ def main(argv=None) -> None:
     try:
         if args.cluster:
             spec = load_cluster(args.cluster)
-            me, _ = ordinal_spec(spec, args.node, args.index)
+            me = spec.shards_of(args.node)[args.index]
             cluster = ShardInCluster(spec, me, linkauth.load_secret(spec.secret_file))
         shard = Shard(args.index, args.socket, args.max_queues, args.queue_idle_timeout, args.shards,
                       args.direct_path, args.data_dir, args.fsync, args.fsync_interval,
