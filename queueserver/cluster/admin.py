@@ -8,6 +8,7 @@ a deadline: every request it makes can be repeated without harm (see
 """
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Dict, List, Optional
 
@@ -19,6 +20,8 @@ from ..net import linkauth
 from .clusterfile import ClusterSpec, ShardSpec
 
 CALL_TIMEOUT = 60.0       # seconds one request may take (a move of many jobs fsyncs them)
+
+log = logging.getLogger("queueserver.cluster")
 
 
 class AdminError(Exception):
@@ -60,6 +63,10 @@ class ShardLine:
                     self._connect()
                 return self._exchange(op, args)
             except (OSError, linkauth.LinkAuthError, ValueError, msgpack.ExtraData) as err:
+                if last is None:   # said once: the operator knows why nothing moves
+                    log.warning("shard %s at %s:%d: %s; trying again for up to %.0f s", self.shard.name,
+                                self.shard.host, self.shard.port, err or type(err).__name__,
+                                max(0.0, deadline - time.monotonic()))
                 last = err
                 self.close()
             if time.monotonic() >= deadline:
