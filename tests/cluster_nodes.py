@@ -84,7 +84,9 @@ class Nodes:
         with open(self.file, "a") as f:
             f.write("\n".join(self._entries[name]) + "\n")
 
-    def start(self, *names: str) -> "Nodes":
+    def start(self, *names: str, linked: bool = True) -> "Nodes":
+        """Start the nodes ``names`` (default all); with ``linked``, return
+        once every running router reaches every running shard it knows of."""
         for name in names or self.names:
             proc = self.procs.get(name)
             if proc is None:
@@ -93,7 +95,30 @@ class Nodes:
                     extra=["--cluster", str(self.file), "--node", name,
                            "--data-dir", str(self.root / f"data-{name}"), *self.extra])
             proc.start()
+        if linked:
+            self.wait_linked()
         return self
+
+    def wait_linked(self, timeout: float = 30.0) -> None:
+        """Until every running node's routers are linked to every running
+        node's shards (a node serves its own at once; others' links come up
+        as those nodes start), as each node's /status tells."""
+        import json
+        import urllib.request
+        from serverproc import wait_for
+        running = [name for name, proc in self.procs.items() if proc.process is not None]
+        want = sum(self.shards[name] for name in running)
+
+        def linked(name: str) -> bool:
+            url = f"http://{self.host[name]}:{self.procs[name].ports['metrics']}/status"
+            with urllib.request.urlopen(url, timeout=10) as response:
+                routers = json.load(response)["routers"]
+            # a router knows of the shards in its copy of the file (a node added
+            # since is learnt from the first move to it)
+            return all(r.get("shard_links_up", 0) >= min(want, r.get("shard_links", 0)) for r in routers)
+
+        for name in running:
+            wait_for(lambda: linked(name), timeout, f"node {name}'s routers to link to {want} shards")
 
     def kill(self, name: str) -> None:
         """SIGKILL every process of node ``name`` (its data stays)."""

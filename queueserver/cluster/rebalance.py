@@ -80,7 +80,7 @@ class Rebalancer:
         self.finish_pending(states)
         owners = self.owners(self.survey())
         by_giver: Dict[int, List[int]] = {}
-        for slot in slots:
+        for slot in sorted(set(slots)):   # a slot named twice moves once
             giver = owners.get(slot)
             if giver is None:
                 raise AdminError(f"slot {slot} is served by no reachable shard")

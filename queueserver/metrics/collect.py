@@ -319,6 +319,9 @@ class NodeView:
             if answer is not None:
                 entry["connections"] = answer.get("connections", 0)
                 entry["clients"] = answer.get("clients", 0)
+                # linked to how many of the shards it should reach (a cluster's other hosts')
+                entry["shard_links_up"] = answer.get("shard_links_up", 0)
+                entry["shard_links"] = answer.get("shard_links", 0)
                 totals["connections"] += entry["connections"]
             for key in ("accepted", "bytes_received", "bytes_sent"):
                 totals[key] += entry[key]

@@ -17,6 +17,7 @@ def router_stats(router) -> Dict[str, Any]:
     it is served; ``accepted`` and the byte counters: since it started."""
     answer: Dict[str, Any] = {"kind": "router", "index": router.index, "pid": os.getpid(),
                               "started": _STARTED, "clients": router.clients,
-                              "shard_links_up": sum(1 for link in router.links if link.up)}
+                              "shard_links_up": sum(1 for link in router.links if link.up),
+                              "shard_links": sum(1 for link in router.links if link.path is not None)}
     answer.update(traffic.snapshot())
     return answer
