@@ -91,7 +91,7 @@ class Nodes:
             proc = self.procs.get(name)
             if proc is None:
                 proc = self.procs[name] = ServerProcess(
-                    shards=self.shards[name], protocols=self.protocols, host=self.host[name],
+                    shards=self.shards[name], protocols=self.protocols, host=self.listening(name),
                     extra=["--cluster", str(self.file), "--node", name,
                            "--data-dir", str(self.root / f"data-{name}"), *self.extra])
             proc.start()
@@ -110,7 +110,7 @@ class Nodes:
         want = sum(self.shards[name] for name in running)
 
         def linked(name: str) -> bool:
-            url = f"http://{self.host[name]}:{self.procs[name].ports['metrics']}/status"
+            url = f"http://{self.listening(name)}:{self.procs[name].ports['metrics']}/status"
             with urllib.request.urlopen(url, timeout=10) as response:
                 routers = json.load(response)["routers"]
             # a router knows of the shards in its copy of the file (a node added
@@ -134,8 +134,13 @@ class Nodes:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def listening(self, name: str) -> str:
+        """Where node ``name``'s client and metrics ports are: its host, unless ``--bind`` says."""
+        extra = self.extra
+        return extra[extra.index("--bind") + 1] if "--bind" in extra else self.host[name]
+
     def address(self, name: str, protocol: str = "workq") -> Tuple[str, int]:
-        return self.host[name], self.procs[name].ports[protocol]
+        return self.listening(name), self.procs[name].ports[protocol]
 
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return run_cli("cluster", *args, "--cluster", str(self.file), timeout=timeout)

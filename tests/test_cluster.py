@@ -231,7 +231,7 @@ def _scrape(nodes: Nodes, node: str) -> dict:
     """Node ``node``'s /metrics, as {(sample name, sorted labels): value}."""
     import urllib.request
     from prometheus_client.parser import text_string_to_metric_families
-    url = f"http://{nodes.host[node]}:{nodes.procs[node].ports['metrics']}/metrics"
+    url = f"http://{nodes.listening(node)}:{nodes.procs[node].ports['metrics']}/metrics"
     with urllib.request.urlopen(url, timeout=10) as response:
         text = response.read().decode()
     return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
