@@ -4,14 +4,15 @@ whole server (supervisor, router, shards) on its own loopback address
 file gets link ports the kernel found free on each address."""
 from __future__ import annotations
 
-import os
+import json
 import secrets
 import socket
 import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from serverproc import ServerProcess, run_cli
+from serverproc import ServerProcess, http_get, run_cli, wait_for
 
 HOSTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
 
@@ -103,16 +104,11 @@ class Nodes:
         """Until every running node's routers are linked to every running
         node's shards (a node serves its own at once; others' links come up
         as those nodes start), as each node's /status tells."""
-        import json
-        import urllib.request
-        from serverproc import wait_for
         running = [name for name, proc in self.procs.items() if proc.process is not None]
         want = sum(self.shards[name] for name in running)
 
         def linked(name: str) -> bool:
-            url = f"http://{self.listening(name)}:{self.procs[name].ports['metrics']}/status"
-            with urllib.request.urlopen(url, timeout=10) as response:
-                routers = json.load(response)["routers"]
+            routers = json.loads(http_get(self.procs[name], "/status"))["routers"]
             # a router knows of the shards in its copy of the file (a node added
             # since is learnt from the first move to it)
             return all(r.get("shard_links_up", 0) >= min(want, r.get("shard_links", 0)) for r in routers)
@@ -146,22 +142,16 @@ class Nodes:
         return run_cli("cluster", *args, "--cluster", str(self.file), timeout=timeout)
 
     def cli_process(self, *args: str) -> subprocess.Popen:
-        import sys
         return subprocess.Popen([sys.executable, "-m", "queueserver", "cluster", *args, "--cluster",
                                  str(self.file)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
 
     def status(self) -> List[dict]:
-        import json
         result = self.cli("status", "--json")
         return json.loads(result.stdout)
 
     def log(self, name: str) -> str:
         return self.procs[name].log()
-
-
-def slot_counts(nodes: Nodes) -> Dict[str, int]:
-    return {row["shard"]: row.get("slots", -1) for row in nodes.status()}
 
 
 def ensure_loopback_aliases() -> None:
@@ -170,5 +160,3 @@ def ensure_loopback_aliases() -> None:
         with socket.socket() as sock:
             sock.bind((host, 0))
 
-
-os.environ.setdefault("PYTHONUNBUFFERED", "1")

@@ -29,6 +29,15 @@ def alive(pid: int) -> bool:
         return False
 
 
+def http_get(proc: "ServerProcess", path: str, timeout: float = 15.0) -> bytes:
+    """``GET path`` from the server's metrics port (``/metrics``, ``/status``),
+    on the address its listeners use."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://{proc.host}:{proc.ports['metrics']}{path}",
+                                timeout=timeout) as answer:
+        return answer.read()
+
+
 def poll(condition: Callable[[], object], timeout: float) -> bool:
     """Ask ``condition`` every 20 ms until it is true (True) or ``timeout``
     seconds have passed (False): for a wait whose thing may rightly not happen."""

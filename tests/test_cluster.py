@@ -20,6 +20,7 @@ from queueserver.cluster.slots import SLOTS, initial_owners, slot_of
 from serverproc import one_line_error, run_cli, wait_for
 from test_binary_protocols_server import (FluxWire, GoWire, g_add, g_delete, g_reserve, reserved_fields,
                                           t_dequeue, t_enqueue, t_record)
+from test_metrics import one, scrape
 from test_text_protocols_server import TextWire, b64
 
 FOUNDERS = 4        # shards (2, 1, 1): a/0, a/1, b/0, c/0 hold ordinals 0..3
@@ -210,10 +211,10 @@ def test_ownership_is_kept_across_restarts_and_nodes_join_and_leave(tmp_path):
             a.add(str(uuid.uuid4()), theirs, b"to c", 60_000, 600_000)
             assert a.lease([theirs], 2000).payload == b"to c"
         assert "is new in" in nodes.log("a")
-        moved_in = _scrape(nodes, "c")
-        assert moved_in[("queueserver_slot_moves_total", (("direction", "in"), ("node", "c")))] == counts["c/0"]
-        assert moved_in[("queueserver_slots_owned", (("node", "c"), ("shard", "0")))] == counts["c/0"]
-        gave = _scrape(nodes, "a")[("queueserver_slot_moves_total", (("direction", "out"), ("node", "a")))]
+        at_c = scrape(nodes.procs["c"])
+        assert one(at_c, "queueserver_slot_moves_total", direction="in", node="c") == counts["c/0"]
+        assert one(at_c, "queueserver_slots_owned", node="c", shard="0") == counts["c/0"]
+        gave = one(scrape(nodes.procs["a"]), "queueserver_slot_moves_total", direction="out", node="a")
         assert gave == SLOTS // 2 - counts["a/0"]
         for node in "abc":
             nodes.procs[node].restart()
@@ -225,17 +226,6 @@ def test_ownership_is_kept_across_restarts_and_nodes_join_and_leave(tmp_path):
         with Client(*nodes.address("c")) as c:
             got = sorted(c.lease([name], 2000).payload for _ in range(20))
         assert got == sorted(b"%d" % i for i in range(20))
-
-
-def _scrape(nodes: Nodes, node: str) -> dict:
-    """Node ``node``'s /metrics, as {(sample name, sorted labels): value}."""
-    import urllib.request
-    from prometheus_client.parser import text_string_to_metric_families
-    url = f"http://{nodes.listening(node)}:{nodes.procs[node].ports['metrics']}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}
 
 
 def _served(nodes: Nodes, shard: str) -> set:

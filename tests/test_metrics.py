@@ -30,7 +30,7 @@ from queueserver.metrics.collect import NodeCollector, NodeView, families
 from queueserver.metrics.control import ask
 from queueserver.sharding import shard_for
 
-from serverproc import ServerProcess, one_line_error, poll, run_cli, wait_for
+from serverproc import ServerProcess, http_get, one_line_error, run_cli, wait_for
 
 Samples = Dict[str, Dict[Tuple[Tuple[str, str], ...], float]]
 
@@ -44,10 +44,7 @@ def parse(text: str) -> Samples:
     return samples
 
 
-def get(proc: ServerProcess, path: str, timeout: float = 15.0) -> bytes:
-    url = f"http://127.0.0.1:{proc.ports['metrics']}{path}"
-    with urllib.request.urlopen(url, timeout=timeout) as answer:
-        return answer.read()
+get = http_get
 
 
 def scrape(proc: ServerProcess) -> Samples:

@@ -309,17 +309,18 @@ class Shard:
                                         "jobs": len(self.engine.jobs)}]])
             return
         move = slots.moves.get(args[0]) if op == "move_done" else None
-        fresh = op == "move_in" and any(slots.epochs[slot] < args[1] for slot in from_ranges(args[0]))
+        named = from_ranges(args[0]) if op in ("move_in", "move_out") else ()
+        fresh = op == "move_in" and any(slots.epochs[slot] < args[1] for slot in named)
         reply = self.execute(op, args)
         if reply[0] == OK:
             if fresh and (len(args) < 4 or args[3]):   # the last part: the slots are ours now
                 log.info("shard %s took %d slots (epoch %d), %d jobs in the last part",
-                         self.cluster.me.name, len(from_ranges(args[0])), args[1], reply[1])
+                         self.cluster.me.name, len(named), args[1], reply[1])
                 self._broadcast([0, "owns", [self.index, args[0], args[1]]])
-                self.stats.slots_moved("in", len(from_ranges(args[0])))
+                self.stats.slots_moved("in", len(named))
             elif op == "move_out" and (len(args) < 4 or args[3] == 0):
                 log.info("shard %s is giving %d slots to shard %d (epoch %d): %d jobs set aside",
-                         self.cluster.me.name, len(from_ranges(args[0])), args[1], args[2],
+                         self.cluster.me.name, len(named), args[1], args[2],
                          len(slots.moves[args[2]].jobs))
             elif move is not None:
                 log.info("shard %s gave %d slots to shard %d (epoch %d)", self.cluster.me.name,
