@@ -4,6 +4,7 @@ import os
 import shutil
 
 import gevent
+import gevent.event
 import pytest
 
 from queueserver.store import AppendLog, StoreError, recover, should_compact
@@ -83,6 +84,37 @@ def test_compaction_keeps_live_records_and_drops_history(tmp_path):
     assert files(directory) == ["00000002.log", "00000003.log"]
     recovered = list(recover(directory, 0, 1))
     assert recovered == [add(i) for i in range(0, 1000, 10)] + [add(5000)]
+
+
+def test_a_compaction_finished_before_its_segment_rotates_counts_the_segment_gone(tmp_path, monkeypatch):
+    """On a busy machine the snapshot can be installed before the writer has
+    rotated away from the segment it replaces; that segment is obsolete and
+    must not ask for a second compaction at once."""
+    directory = str(tmp_path)
+    wal, _ = open_log(directory, compact_min_bytes=4096)
+    model = Model()
+    for i in range(1000):
+        model.apply(wal, add(i))
+        if i % 10:
+            model.apply(wal, ("delete", f"job-{i}"))
+    wal.sync()
+    before = wal.disk_bytes()
+    rotations_may_run = gevent.event.Event()
+    rotate = AppendLog._rotate
+
+    def slow_rotate(self, seq):
+        rotations_may_run.wait()
+        rotate(self, seq)
+
+    monkeypatch.setattr(AppendLog, "_rotate", slow_rotate)
+    wal.compact(model.snapshot())
+    assert files(directory) == ["00000001.log", "00000002.log"]   # not rotated yet
+    assert wal.disk_bytes() < before / 5
+    assert not wal.needs_compaction()
+    rotations_may_run.set()
+    wal.close()
+    assert files(directory) == ["00000002.log", "00000003.log"]
+    assert list(recover(directory, 0, 1)) == [add(i) for i in range(0, 1000, 10)]
 
 
 def test_records_appended_during_compaction_are_kept_after_the_snapshot(tmp_path):

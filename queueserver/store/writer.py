@@ -323,7 +323,13 @@ class AppendLog:
 
     # --------------------------------------------------------------- counters
     def disk_bytes(self) -> int:
-        return sum(self._files.values()) + (self._seg.size if self._seg is not None else 0)
+        """Bytes of the segments the log keeps. The segment still being
+        written when a snapshot replaced it is already obsolete (it goes at
+        its rotation, moments later): counting it would call for a second
+        compaction at once."""
+        seg = self._seg
+        live = seg.size if seg is not None and seg.seq >= self._base_seq else 0
+        return sum(self._files.values()) + live
 
     def stats(self) -> Dict[str, Any]:
         return {
