@@ -279,15 +279,18 @@ class Engine:
         self.apply(("delete", id))
         return [OK, None]
 
-    def has_number(self, number: int) -> bool:
-        """Whether a job numbered ``number`` is here."""
+    def _numbered(self) -> Dict[int, Job]:
+        """Jobs by number, built on first use (only goqueue asks by number)."""
         if self.by_number is None:
             self.by_number = {job.number: job for job in self.jobs.values()}
-        return number in self.by_number
+        return self.by_number
+
+    def has_number(self, number: int) -> bool:
+        """Whether a job numbered ``number`` is here."""
+        return number in self._numbered()
 
     def _delete_number(self, now: int, token: Any, number: int) -> Reply:
-        self.has_number(number)
-        job = self.by_number.get(number)
+        job = self._numbered().get(number)
         if job is None:
             raise not_found()
         self.apply(("delete", job.id))
