@@ -96,9 +96,7 @@ class Cluster:
 
     def __init__(self, spec: ClusterSpec) -> None:
         self.spec = spec
-        secret = linkauth.load_secret(spec.secret_file)
-        tls = (linkauth.client_context(spec.tls.cert, spec.tls.key, spec.tls.ca)
-               if spec.tls is not None else None)
+        secret, tls = linkauth.client_credentials(spec.secret_file, spec.tls)
         self.shards = spec.shards()
         self.lines: Dict[int, ShardLine] = {s.ordinal: ShardLine(s, secret, tls) for s in self.shards}
 

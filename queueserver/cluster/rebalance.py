@@ -31,6 +31,7 @@ from .slots import SLOTS, from_ranges, to_ranges
 
 log = logging.getLogger("queueserver.cluster")
 
+
 class Rebalancer:
     def __init__(self, cluster: Cluster, say: Callable[[str], None] = log.info) -> None:
         self.cluster = cluster

@@ -109,7 +109,7 @@ class SlotOwnership:
                 "moving": [{"epoch": m.epoch, "ranges": m.ranges, "target": m.target,
                             "jobs": len(m.jobs)} for m in self.moves.values()],
                 "hints": [[slot, target, epoch] for slot, (target, epoch) in self.hints.items()],
-                "max_epoch": max(self.epochs) if len(self.epochs) else 0}
+                "max_epoch": max(self.epochs)}
 
     def snapshot(self) -> List[tuple]:
         """Events that rebuild this state (a compacted log's base)."""

@@ -357,6 +357,13 @@ def client_context(cert: Optional[str], key: Optional[str], ca: str) -> ssl.SSLC
     return ctx
 
 
+def client_credentials(secret_file: str, tls) -> Tuple[bytes, Optional[ssl.SSLContext]]:
+    """What a link's client presents: the secret of ``secret_file`` and,
+    when ``tls`` (a cluster file's cert, key and ca) is given, its TLS context."""
+    secret = load_secret(secret_file)
+    return secret, client_context(tls.cert, tls.key, tls.ca) if tls is not None else None
+
+
 def _load_chain(ctx: ssl.SSLContext, cert: str, key: Optional[str]) -> None:
     try:
         ctx.load_cert_chain(cert, key)

@@ -43,9 +43,7 @@ class ClusterRouter(Router):
     def from_config(cls, cluster: Dict[str, Any], sockets: List[str], *arguments: Any) -> "ClusterRouter":
         """Links to every shard of ``cluster["file"]``, seen from node ``cluster["node"]``."""
         spec = load_cluster(cluster["file"])
-        secret = linkauth.load_secret(spec.secret_file)
-        tls = (linkauth.client_context(spec.tls.cert, spec.tls.key, spec.tls.ca)
-               if spec.tls is not None else None)
+        secret, tls = linkauth.client_credentials(spec.secret_file, spec.tls)
         removed = {node.name for node in spec.nodes if node.removed}
         addresses: List[Any] = []
         for shard in spec.shards():
@@ -153,10 +151,14 @@ class ClusterRouter(Router):
         """Learn every reachable shard's slots, then ``then()``."""
         def merge(answers: List[Any]) -> Reply:
             for answer in answers:
-                self.map.served(answer["shard"], answer["served"])
-                self.map.hinted([hint for hint in answer["hints"] if self._knows(hint[1])])
+                self._learn(answer["shard"], answer)
             return [0, None]
         Gather(self.reachable, "slots", [], merge, lambda reply: gevent.spawn_later(RETRY_DELAY, then))
+
+    def _learn(self, shard: int, slots: Dict[str, Any]) -> None:
+        """Take in a shard's account of its slots (its hello, or an answer to "slots")."""
+        self.map.served(shard, slots["served"])
+        self.map.hinted([hint for hint in slots["hints"] if self._knows(hint[1])])
 
     def _directed_again(self, link: ShardLink, command: Command, callback: Callback,
                         owner: Optional[int], attempt: int) -> None:
@@ -196,9 +198,7 @@ class ClusterRouter(Router):
     # ----------------------------------------------------------- shard events
     def _shard_event(self, link: ShardLink, kind: str, body: Any) -> None:
         if kind == "hello" and "slots" in body:
-            slots = body["slots"]
-            self.map.served(link.index, slots["served"])
-            self.map.hinted([hint for hint in slots["hints"] if self._knows(hint[1])])
+            self._learn(link.index, body["slots"])
         elif kind == "owns":
             owner, ranges, epoch = body
             self.map.ranges_set(ranges, owner, epoch)

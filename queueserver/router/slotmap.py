@@ -20,19 +20,13 @@ class SlotMap:
         owners = initial_owners(len(founders))
         self.owners = array("H", (founders[position] for position in owners))
         self.epochs = array("Q", bytes(8 * SLOTS))
-        self.changes = 0   # how many slots changed owner since the start (for logs)
-
-    def owner(self, slot: int) -> int:
-        return self.owners[slot]
 
     def set(self, slots: Iterable[int], owner: int, epoch: int) -> None:
         """``owner`` serves ``slots`` as of ``epoch`` (ignored where newer is known)."""
         owners, epochs = self.owners, self.epochs
         for slot in slots:
             if epoch >= epochs[slot]:
-                if owners[slot] != owner:
-                    owners[slot] = owner
-                    self.changes += 1
+                owners[slot] = owner
                 epochs[slot] = epoch
 
     def served(self, owner: int, runs: Sequence[Sequence[int]]) -> None:

@@ -44,7 +44,7 @@ class ShardInCluster:
         self.secret = secret
         self.tls = (linkauth.server_context(spec.tls.cert, spec.tls.key, spec.tls.ca)
                     if spec.tls is not None else None)
-        #: epoch -> requests waiting for that move to end: (send, reply maker)
+        #: epoch -> how to answer each request waiting for that move to end
         self.held: Dict[int, List[Send]] = {}
         self._timers: Dict[int, gevent.Greenlet] = {}
         self.refused = 0

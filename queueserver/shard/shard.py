@@ -323,10 +323,11 @@ class Shard:
                          self.cluster.me.name, len(named), args[1], args[2],
                          len(slots.moves[args[2]].jobs))
             elif move is not None:
+                given = len(from_ranges(move.ranges))
                 log.info("shard %s gave %d slots to shard %d (epoch %d)", self.cluster.me.name,
-                         len(from_ranges(move.ranges)), move.target, move.epoch)
+                         given, move.target, move.epoch)
                 self._broadcast([0, "gave", [move.ranges, move.target, move.epoch]])
-                self.stats.slots_moved("out", len(from_ranges(move.ranges)))
+                self.stats.slots_moved("out", given)
                 # Its waiting requests go to the new owner once the log says so.
                 self.answer(lambda _: self.cluster.released(move), reply)
         self.answer(partial(_send_reply, channel, req_id), reply)
@@ -350,8 +351,7 @@ class Shard:
         """Tell every router of the jobs made here without it (its directory)."""
         if self._placed:
             placed, self._placed = self._placed, []
-            for channel in self.channels.values():
-                channel.send([0, "placed", placed])
+            self._broadcast([0, "placed", placed])
 
     def frames_sent(self, router: int) -> int:
         channel = self.channels.get(self.router_channels.get(router, -1))
@@ -380,8 +380,7 @@ class Shard:
             self.send_placed()
         if self._forgotten:
             forgotten, self._forgotten = self._forgotten, []
-            for channel in self.channels.values():
-                channel.send([0, "forgotten", forgotten])
+            self._broadcast([0, "forgotten", forgotten])
         if self.durability is not None:
             self.durability.commit()
             self.durability.maybe_compact(engine)
