@@ -513,10 +513,10 @@ def run(ttr=b"1000", timeout=b"60000", flags=b"", name=b"ping", id=IDB):
 
 
 # (input, expected error message, exact): `exact` marks inputs whose extent the
-# codec can know (a valid line and, for block commands, a readable size), so
-# exactly one reply must come out of them. The others (an unreadable size on a
-# block command) leave the block to be read as a line of its own: the
-# decisions file resumes parsing at the next line.
+# codec can know (a valid line and, for block commands, a readable size: the
+# right argument count and a number), so exactly one reply must come out of
+# them. The others (a block command's size unreadable) leave the block to be
+# read as a line of its own: the decisions file resumes parsing at the next line.
 VALIDATION = {
     # --- Unknown command
     "unknown-command": (b"foo bar\r\n", "Unknown command", True),
@@ -525,20 +525,20 @@ VALIDATION = {
     "uppercase-command": (b"DELETE " + IDB + b"\r\n", "Unknown command", True),
     "inspect-unknown-object": (b"inspect foo\r\n", "Unknown command", True),
     # --- Invalid command args: wrong argument counts
-    "add-too-few": (b"add " + IDB + b" ping 1000 4\r\npong\r\n", "Invalid command args", True),
+    "add-too-few": (b"add " + IDB + b" ping 1000 4\r\npong\r\n", "Invalid command args", False),
     "add-too-many": (b"add " + IDB + b" ping 1000 60000 9 4\r\npong\r\n",
-                     "Invalid command args", True),
+                     "Invalid command args", False),
     "schedule-too-few": (b"schedule " + IDB + b" ping 1000 2000 4\r\npong\r\n",
-                         "Invalid command args", True),
-    "run-too-few": (b"run " + IDB + b" ping 1000 4\r\nping\r\n", "Invalid command args", True),
+                         "Invalid command args", False),
+    "run-too-few": (b"run " + IDB + b" ping 1000 4\r\nping\r\n", "Invalid command args", False),
     "run-too-many": (b"run " + IDB + b" ping 1000 60000 1 4\r\nping\r\n",
-                     "Invalid command args", True),
+                     "Invalid command args", False),
     "result-too-few": (b"result " + IDB + b"\r\n", "Invalid command args", True),
     "result-too-many": (b"result " + IDB + b" 1 2\r\n", "Invalid command args", True),
     "lease-no-args": (b"lease\r\n", "Invalid command args", True),
     "lease-timeout-only": (b"lease 60000\r\n", "Invalid command args", True),
     "complete-too-few": (b"complete " + IDB + b"\r\n", "Invalid command args", True),
-    "complete-too-many": (b"complete " + IDB + b" 4 4\r\npong\r\n", "Invalid command args", True),
+    "complete-too-many": (b"complete " + IDB + b" 4 4\r\npong\r\n", "Invalid command args", False),
     "fail-too-few": (b"fail " + IDB + b"\r\n", "Invalid command args", True),
     "delete-no-args": (b"delete\r\n", "Invalid command args", True),
     "delete-too-many": (b"delete " + IDB + b" " + IDB + b"\r\n", "Invalid command args", True),
@@ -934,25 +934,11 @@ def test_long_but_legal_line_decodes():
 # (decisions file, "Every protocol"): when its size can be read, the block and
 # its CRLF are skipped; when it cannot, parsing resumes at the next line.
 ONE_REPLY = {
-    "name-with-space": (b"add " + IDB + b" my queue 1000 60000 4\r\npong\r\n", "Invalid command args"),
-    "priority-space-form": (b"add " + IDB + b" ping 1000 60000 4 -priority 5\r\npong\r\n",
-                            "Invalid command args"),
-    "space-form-with-good-flag": (b"add " + IDB + b" ping 1000 60000 4 -max-fails=1 -priority 5\r\n"
-                                  b"pong\r\n", "Invalid command args"),
-    "space-form-run": (b"run " + IDB + b" ping 1000 10 4 -priority 5\r\nping\r\n",
-                       "Invalid command args"),
-    "space-form-schedule": (b"schedule " + IDB + b" ping 1 2 2016-06-14T06:46:46Z 4 -priority 1\r\n"
-                            b"pong\r\n", "Invalid command args"),
-    "block-with-crlf-inside": (b"add " + IDB + b" a b 1000 60000 6\r\nab\r\ncd\r\n",
-                               "Invalid command args"),
-    "empty-block": (b"add " + IDB + b" a b 1000 60000 0\r\n\r\n", "Invalid command args"),
-    "complete-extra-arg": (b"complete " + IDB + b" x 4\r\npong\r\n", "Invalid command args"),
-    "fail-missing-id": (b"fail 4\r\npong\r\n", "Invalid command args"),
-    "bad-flag-and-count": (b"add " + IDB + b" ping 1000 4 -k=\r\npong\r\n", "Invalid command flags"),
-    "guessed-size-mismatch": (b"add " + IDB + b" ping 1000 60000 4 2\r\npong\r\n",
-                              "Invalid command args"),
-    "dash-name-and-space-form": (b"add " + IDB + b" -abc 1000 60000 4 -priority 5\r\npong\r\n",
-                                 "Invalid command args"),
+    "bad-name-readable-size": (b"add " + IDB + b" p!ng 1000 60000 4\r\npong\r\n", "Invalid Name"),
+    "bad-flag-readable-size": (b"add " + IDB + b" ping 1000 60000 4 -k=\r\npong\r\n",
+                               "Invalid command flags"),
+    "flag-on-complete": (b"complete " + IDB + b" 4 -x=1\r\npong\r\n", "Invalid command args"),
+    "size-mismatch": (b"add " + IDB + b" ping 1000 60000 2\r\npong\r\n", "Invalid payload size"),
 }
 
 
@@ -970,6 +956,43 @@ def test_refused_block_command_byte_by_byte(data, message):
     for i in range(len(data + DELETE)):
         cmds += codec.receive((data + DELETE)[i:i + 1])
     assert [c.reply for c in cmds[:-1]] == [ce(message)]
+    assert_delete(cmds[-1])
+
+
+# A block command with the wrong argument count has no readable size, whatever
+# its line holds: it is answered at once, and the next line (its would-be
+# block, here) is a command of its own.
+WRONG_COUNT = {
+    "size-missing": (b"add " + IDB + b" ping 1000\r\n", "Invalid command args", []),
+    "size-missing-ttl-like": (b"add " + IDB + b" ping 1000 4\r\npong\r\n", "Invalid command args",
+                              ["Unknown command"]),
+    "name-with-space": (b"add " + IDB + b" my queue 1000 60000 4\r\npong\r\n", "Invalid command args",
+                        ["Unknown command"]),
+    "priority-space-form": (b"add " + IDB + b" ping 1000 60000 4 -priority 5\r\npong\r\n",
+                            "Invalid command args", ["Unknown command"]),
+    "space-form-run": (b"run " + IDB + b" ping 1000 10 4 -priority 5\r\nping\r\n",
+                       "Invalid command args", ["Unknown command"]),
+    "space-form-schedule": (b"schedule " + IDB + b" ping 1 2 2016-06-14T06:46:46Z 4 -priority 1\r\n"
+                            b"pong\r\n", "Invalid command args", ["Unknown command"]),
+    "block-with-crlf-inside": (b"add " + IDB + b" a b 1000 60000 6\r\nab\r\ncd\r\n",
+                               "Invalid command args", ["Unknown command", "Unknown command"]),
+    "complete-extra-arg": (b"complete " + IDB + b" x 4\r\npong\r\n", "Invalid command args",
+                           ["Unknown command"]),
+    "fail-missing-id": (b"fail 4\r\npong\r\n", "Invalid command args", ["Unknown command"]),
+    "bad-flag-and-count": (b"add " + IDB + b" ping 1000 4 -k=\r\npong\r\n", "Invalid command flags",
+                           ["Unknown command"]),
+    "huge-number-in-size-place": (b"add " + IDB + b" ping 1000 99999999\r\n", "Invalid command args", []),
+}
+
+
+@pytest.mark.parametrize("data, message, after", list(WRONG_COUNT.values()), ids=list(WRONG_COUNT))
+def test_wrong_argument_count_is_answered_at_once(data, message, after):
+    codec = WorkqCodec()
+    line_end = data.index(b"\n") + 1
+    cmds = codec.receive(data[:line_end])     # nothing more is sent: the answer must not wait
+    assert [c.reply for c in cmds] == [ce(message)]
+    cmds = codec.receive(data[line_end:] + DELETE)
+    assert [c.reply for c in cmds[:-1]] == [ce(m) for m in after]
     assert_delete(cmds[-1])
 
 
@@ -995,14 +1018,6 @@ def test_add_with_non_numeric_size_reads_its_block_as_the_next_line():
     cmds = decode(b"add " + IDB + b" ping 1000 60000 abc\r\npong\r\n" + DELETE)
     assert [c.reply for c in cmds[:2]] == [ce("Invalid payload size"), ce("Unknown command")]
     assert_delete(cmds[2])
-
-
-def test_wrong_count_guess_over_max_payload_is_not_skipped():
-    """A guessed size is trusted only up to max_payload: nothing is discarded."""
-    codec = WorkqCodec(max_payload=10)
-    cmds = codec.receive(b"add " + IDB + b" ping 1000 11\r\n" + DELETE)
-    assert [c.reply for c in cmds[:1]] == [ce("Invalid command args")]
-    assert_delete(cmds[1])
 
 
 # ============================================================ payload limit

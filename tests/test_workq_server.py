@@ -333,6 +333,20 @@ def test_errors_keep_the_connection_usable(wire):
     assert wire.call(add(new_id(), qname())) == b"+OK\r\n"
 
 
+def test_add_with_its_size_missing_is_answered_at_once(wire):
+    """``add <id> <q> 1000`` (no TTL, no size): no size is readable with the
+    wrong argument count, so the answer comes with no further byte sent, and
+    the next line is a command of its own."""
+    q = qname()
+    wire.sock.settimeout(5)
+    assert wire.call(f"add {new_id()} {q} 1000\r\n".encode()) == \
+        b"-CLIENT-ERROR Invalid command args\r\n"
+    assert wire.call(f"add {new_id()} {q} 1000 4\r\n".encode()) == \
+        b"-CLIENT-ERROR Invalid command args\r\n"
+    assert wire.call(b"ping\r\n") == b"-CLIENT-ERROR Unknown command\r\n"
+    assert wire.call(f"inspect queue {q}\r\n".encode()) == b"-NOT-FOUND\r\n"
+
+
 def test_payload_limit_is_one_mebibyte(wire):
     q, id = qname(), new_id()
     big = os.urandom(1048576)

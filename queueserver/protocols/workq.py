@@ -12,20 +12,16 @@ as a command of its own:
 * The right number of positional arguments (``-key=value`` flags aside):
   the size is the ``<payload-size>`` (``<result-size>``) argument. Over
   ``max_payload`` it is answered ``Invalid payload size`` (``Invalid result
-  size``) and its bytes are skipped.
-* Any other number (a name with a space, ``-priority 5`` for
-  ``-priority=5``, a missing argument): ``Invalid command args``, and the
-  size is the last token after the command word and before the first token
-  that looks like a flag (``-`` and a letter: ``-priority=5`` and
-  ``-priority`` alike; but a name in the queue name's place, as a name may
-  start with ``-``), or the line's last token when none does, if it is a
-  decimal number of at most ``max_payload``.
-* A size found: the block and its CRLF are skipped and one error is
-  answered (``Invalid command flags`` first when a ``-key=value`` flag is
-  malformed, as the original checked flags first).
-* No size found (not a decimal number; with a wrong argument count, also
-  one over ``max_payload``): one error is answered and parsing resumes at
-  the next line, which may be the block.
+  size``) and its bytes are skipped; otherwise the block and its CRLF are
+  read and the command answered once (``Invalid command flags`` first when
+  a ``-key=value`` flag is malformed, as the original checked flags first).
+* Any other number of arguments (a missing size, a name with a space,
+  ``-priority 5`` for ``-priority=5``): the size is not readable, whatever
+  the line holds. ``Invalid command args`` is answered at once and parsing
+  resumes at the next line, which may be the block. A client that sent just
+  such a line is never left waiting for a block nobody will send.
+* A size that is not a decimal number: its error is answered at once and
+  parsing resumes at the next line.
 * A block whose declared size does not match (no CRLF right after it) is
   skipped through the first CRLF after its start and answered once.
 
@@ -57,7 +53,6 @@ MAX_LIMIT = 100
 
 _UUID_RE = rb"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 _UUID = re.compile(rb"\A" + _UUID_RE + rb"\Z")
-_SEED_NAME = re.compile(rb"[a-zA-Z0-9_.-]+")
 #: The seed's charset within the shared rule's 255 bytes (the seed's
 #: charset is printable ASCII, so the shared rule adds only the length).
 _NAME = re.compile(rb"[a-zA-Z0-9_.-]{1,255}")
@@ -70,7 +65,6 @@ _CYCLE = re.compile(
     rb"|lease ([a-zA-Z0-9_.-]{1,255}) ([0-9]{1,20})"
     rb"|complete (" + _UUID_RE + rb") ([0-9]{1,20}))\r?\n")
 _ADD, _LEASE, _COMPLETE = 5, 7, 9     # the last group of each, as ``Match.lastindex``
-_FLAG_LIKE = re.compile(rb"-[A-Za-z]")
 _UINT = re.compile(rb"\A\+?[0-9]+\Z")
 _INT = re.compile(rb"\A[+-]?[0-9]+\Z")
 _TIME = re.compile(rb"\A(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)Z\Z")
@@ -80,15 +74,14 @@ class _BlockSpec(NamedTuple):
     count: int                 # positional arguments
     size_at: int               # index of the block size among them
     size_error: str
-    name_at: Optional[int]     # index of the queue name (it may start with ``-``)
 
 
 _BLOCKS: Dict[bytes, _BlockSpec] = {
-    b"add": _BlockSpec(5, 4, "Invalid payload size", 1),
-    b"schedule": _BlockSpec(6, 5, "Invalid payload size", 1),
-    b"run": _BlockSpec(5, 4, "Invalid payload size", 1),
-    b"complete": _BlockSpec(2, 1, "Invalid result size", None),
-    b"fail": _BlockSpec(2, 1, "Invalid result size", None),
+    b"add": _BlockSpec(5, 4, "Invalid payload size"),
+    b"schedule": _BlockSpec(6, 5, "Invalid payload size"),
+    b"run": _BlockSpec(5, 4, "Invalid payload size"),
+    b"complete": _BlockSpec(2, 1, "Invalid result size"),
+    b"fail": _BlockSpec(2, 1, "Invalid result size"),
 }
 _JOB_FLAGS = {b"priority", b"max-attempts", b"max-fails"}
 _FLAGS = {b"add": _JOB_FLAGS, b"schedule": _JOB_FLAGS, b"run": {b"priority"}}
@@ -292,15 +285,11 @@ def _refuse(message: str) -> Command:
 
 
 class _Pending(NamedTuple):
-    """A block command whose line is read and whose block is still to come.
-
-    ``error`` set: the command is refused and the block is only skipped.
-    """
+    """A block command whose line is read and whose block is still to come."""
     name: bytes
     args: List[bytes]
     flags: Optional[Dict[bytes, bytes]]
     size: int
-    error: Optional[str]
 
 
 def _size(token: Optional[bytes]) -> Optional[int]:
@@ -308,19 +297,6 @@ def _size(token: Optional[bytes]) -> Optional[int]:
     if token is None or not _UINT.match(token):
         return None
     return parse_int(token)
-
-
-def _guess_size_token(line: bytes, name_at: Optional[int]) -> Optional[bytes]:
-    """Where the size most likely is when the argument count is wrong: the
-    last token after the command word and before the first token that looks
-    like a flag (``-`` and a letter, ``=`` or not), as the seed puts flags
-    last; a name in the queue name's place is no flag (it may start with ``-``)."""
-    tokens = [token for token in line.split(b" ") if token][1:]
-    for i, token in enumerate(tokens):
-        if _FLAG_LIKE.match(token) and not (i == name_at and _SEED_NAME.fullmatch(token)):
-            tokens = tokens[:i]
-            break
-    return tokens[-1] if tokens else None
 
 
 class WorkqCodec(LineCodec):
@@ -436,7 +412,7 @@ class WorkqCodec(LineCodec):
         spec = _BLOCKS.get(name)
         if spec is None:
             return self._command(name, args, flags, None)
-        return self._block_head(line, name, args, flags, spec)
+        return self._block_head(name, args, flags, spec)
 
     def _discarded(self, buf: InputBuffer) -> bool:
         """Drop what is left of an oversized block; True once it is all gone."""
@@ -444,25 +420,20 @@ class WorkqCodec(LineCodec):
         buf.mark = buf.pos   # nothing dropped is kept for a move
         return not self._discard
 
-    def _block_head(self, line: bytes, name: bytes, args: List[bytes],
+    def _block_head(self, name: bytes, args: List[bytes],
                     flags: Optional[Dict[bytes, bytes]], spec: _BlockSpec) -> Optional[Command]:
         """Find the size of the block that follows (see the module docstring)."""
-        count, at, size_error, name_at = spec
+        count, at, size_error = spec
         bad_flags = "Invalid command flags" if flags is None else None  # reported first
-        if len(args) == count:
-            size = _size(args[at])
-            if size is None:
-                return _refuse(bad_flags or size_error)
-            if size > self.max_payload:
-                self._discard = size + 2  # keep the stream in step: drop the block
-                return _refuse(bad_flags or size_error)
-            self._pending = _Pending(name, args, flags, size, None)
-            return None
-        message = bad_flags or "Invalid command args"
-        size = _size(_guess_size_token(line, name_at))
-        if size is None or size > self.max_payload:
-            return _refuse(message)
-        self._pending = _Pending(name, args, flags, size, message)
+        if len(args) != count:   # no readable size: the next line is a command of its own
+            return _refuse(bad_flags or "Invalid command args")
+        size = _size(args[at])
+        if size is None:
+            return _refuse(bad_flags or size_error)
+        if size > self.max_payload:
+            self._discard = size + 2  # keep the stream in step: drop the block
+            return _refuse(bad_flags or size_error)
+        self._pending = _Pending(name, args, flags, size)
         return None
 
     def _block(self, buf: InputBuffer) -> Optional[Command]:
@@ -478,12 +449,10 @@ class WorkqCodec(LineCodec):
                 return None
             buf.skip(end + 2)
             self._pending = None
-            return _refuse(pending.error or _BLOCKS[pending.name].size_error)
+            return _refuse(_BLOCKS[pending.name].size_error)
         self._pending = None
         block = buf.take(size)
         buf.skip(2)
-        if pending.error:
-            return _refuse(pending.error)
         return self._command(pending.name, pending.args, pending.flags, block)
 
     @staticmethod
