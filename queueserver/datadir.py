@@ -108,6 +108,11 @@ class DataDir:
         """Where shard ``index`` writes its job history (``queueserver history`` reads it)."""
         return os.path.join(self.path, "history", f"shard-{index}")
 
+    @property
+    def lock_fd(self) -> Optional[int]:
+        """The descriptor holding the lock (children inherit it: see the supervisor)."""
+        return self._lock_fd
+
     def release(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)

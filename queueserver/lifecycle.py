@@ -1,6 +1,7 @@
 """Start-up and shutdown shared by the router and shard processes."""
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -13,18 +14,53 @@ from gevent.event import Event
 #: has logged one line saying why (e.g. a damaged log).
 EXIT_REFUSED = 3
 
+#: The environment variable in which the supervisor gives its children its pid.
+SUPERVISOR_PID = "QS_SUPERVISOR_PID"
+_PR_SET_PDEATHSIG = 1
+
 
 def setup_logging(level: str, name: str) -> None:
     logging.basicConfig(level=level.upper(), stream=sys.stderr,
                         format=f"%(asctime)s {name} %(levelname)s %(message)s")
 
 
+def supervisor_pid() -> int:
+    """The pid of the supervisor that started this process (0: started by hand)."""
+    try:
+        return int(os.environ.get(SUPERVISOR_PID, "0"))
+    except ValueError:
+        return 0
+
+
+def die_with_supervisor() -> None:
+    """Be killed the moment the supervisor is gone, whatever killed it.
+
+    A router or shard that outlives its supervisor holds the client ports,
+    the link ports and the shard logs that the next server needs (and a
+    second shard appending to the same log would damage it). The kernel
+    sends SIGKILL when the parent exits (``PR_SET_PDEATHSIG``); everything
+    acknowledged is already written, and the supervisor is the one that
+    stops children in order. A supervisor that died before this call is
+    seen by the parent pid having changed: exit at once.
+    """
+    expected = supervisor_pid()
+    if not expected:
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):   # not Linux: the parent watch below still stops us
+        pass
+    if os.getppid() != expected:
+        os._exit(1)
+
+
 def stop_event() -> Event:
-    """Set on SIGTERM/SIGINT, or when the supervisor that started us is gone."""
+    """Set on SIGTERM/SIGINT, or when the supervisor that started us is gone
+    (a slower backstop to :func:`die_with_supervisor`, for systems without it)."""
     stop = Event()
     gevent.signal_handler(signal.SIGTERM, stop.set)
     gevent.signal_handler(signal.SIGINT, stop.set)
-    parent = os.getppid()
+    parent = supervisor_pid() or os.getppid()
 
     def watch_parent() -> None:
         while os.getppid() == parent:

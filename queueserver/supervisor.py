@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from .cluster.clusterfile import ClusterError, ClusterSpec, load_cluster
 from .config import DEFAULT_METRICS_PORT, Config
@@ -31,7 +31,7 @@ from .net import linkauth
 from .protocols import DEFAULT_PORTS
 from .datadir import DataDir, LayoutError
 from .dirlock import DirectoryBusy, lock_directory
-from .lifecycle import EXIT_REFUSED
+from .lifecycle import EXIT_REFUSED, SUPERVISOR_PID
 
 log = logging.getLogger("queueserver.supervisor")
 
@@ -53,8 +53,10 @@ class Child:
 
     def start(self) -> None:
         # Its own process group: a terminal's Ctrl-C reaches only the
-        # supervisor, which then stops the children in order.
-        self.process = subprocess.Popen(self.argv, process_group=0, pass_fds=self.pass_fds)
+        # supervisor, which then stops the children in order. It learns our
+        # pid, to die with us (lifecycle.die_with_supervisor).
+        env = dict(os.environ, **{SUPERVISOR_PID: str(os.getpid())})
+        self.process = subprocess.Popen(self.argv, process_group=0, pass_fds=self.pass_fds, env=env)
         self.started_at = time.monotonic()
         log.info("%s started (pid %d)", self.name, self.process.pid)
 
@@ -130,6 +132,10 @@ class RuntimeDir:
     def file(self, name: str) -> str:
         return os.path.join(self.path, name)
 
+    @property
+    def lock_fd(self) -> Optional[int]:
+        return self._lock_fd
+
     def _remove_run_files(self) -> None:
         """Readiness files, ``ports.json``, shard and control sockets: what a run leaves."""
         for name in os.listdir(self.path):
@@ -198,6 +204,13 @@ class Supervisor:
                              if self.cluster is not None else []))
                     for i, path in enumerate(sockets)]
         fds = {name: sock.fileno() for name, sock in self.listeners.items()}
+        # Every child holds the directories' locks too, so that they stay
+        # locked while any process of this server lives (a next server waits
+        # for the last one, rather than opening a log that one still writes).
+        locks = tuple(fd for fd in (self.runtime.lock_fd, self.data.lock_fd if self.data else None)
+                      if fd is not None)
+        for child in children:
+            child.pass_fds = locks
         for i in range(config.routers):
             router_config = {
                 "sockets": sockets,
@@ -216,7 +229,7 @@ class Supervisor:
             name = "router" if config.routers == 1 else f"router-{i}"
             children.append(Child(name, [python, "-m", "queueserver.router",
                                          "--config", json.dumps(router_config), "--log-level", level],
-                                  pass_fds=tuple(fds.values())))
+                                  pass_fds=tuple(fds.values()) + locks))
         return children
 
     def _join_cluster(self) -> None:
@@ -260,7 +273,9 @@ class Supervisor:
                  node.shards, node.host, node.link_port, node.link_port + node.shards - 1)
 
     def _bind(self) -> None:
-        """Bind and listen on every enabled protocol's port."""
+        """Bind and listen on every enabled protocol's port; every port that
+        cannot be had is named in one line."""
+        failures: List[Tuple[str, str, int, OSError]] = []
         for name, listener in self.config.listeners.items():
             if not listener.enabled:
                 continue
@@ -273,9 +288,15 @@ class Supervisor:
                 sock.listen(1024)
             except OSError as err:
                 sock.close()
-                raise StartupError(_bind_failure(name, host, listener.port, err)) from None
+                failures.append((name, host, listener.port, err))
+                continue
             sock.set_inheritable(True)
             self.listeners[name] = sock
+        if failures:
+            for sock in self.listeners.values():
+                sock.close()
+            self.listeners.clear()
+            raise StartupError(_bind_failures(failures))
         metrics = self.config.metrics
         if metrics.enabled:   # bound now, served from a thread once the children start
             from .metrics.http import node_metrics
@@ -313,6 +334,9 @@ class Supervisor:
                     raise StartupError(str(err)) from None
                 log.info("data directory %s, fsync %s", self.data.path, self.config.fsync)
             self._bind()
+            if self.data is None:
+                log.warning("no data directory: jobs are kept in memory only and are lost when a "
+                            "shard or the server stops (--data-dir DIR keeps them)")
             log.info("runtime directory %s, %d shards", self.runtime_dir, self.config.shards)
             for name, sock in self.listeners.items():
                 log.info("%s listening on %s:%d", name, *sock.getsockname()[:2])
@@ -402,13 +426,29 @@ class Supervisor:
 
 def _bind_failure(protocol: str, host: str, port: int, err: OSError) -> str:
     """Why ``protocol`` cannot listen on ``host:port``, and which setting to change."""
-    where = f"cannot listen for {protocol} on {host}:{port}"
-    if err.errno == errno.EADDRINUSE:
-        return (f"{where}: address already in use (another server running? pick another port "
-                f"with --{protocol}-port)")
-    if err.errno == errno.EADDRNOTAVAIL:
-        return f"{where}: {host} is not an address of this machine (pick another with --bind)"
-    if err.errno == errno.EACCES:
-        return (f"{where}: permission denied (ports below 1024 need privileges; pick another port "
-                f"with --{protocol}-port)")
-    return f"{where}: {_reason(err)}"
+    return _bind_failures([(protocol, host, port, err)])
+
+
+def _bind_failures(failures: List[Tuple[str, str, int, OSError]]) -> str:
+    """One line for every port that cannot be had: grouped by reason, each
+    group naming its protocols' addresses and the settings to change."""
+    by_reason: Dict[Tuple[int, str], List[Tuple[str, str, int]]] = {}
+    for protocol, host, port, err in failures:
+        by_reason.setdefault((err.errno or 0, _reason(err)), []).append((protocol, host, port))
+    parts = []
+    for (code, reason), group in by_reason.items():
+        where = ", ".join(f"{protocol} on {host}:{port}" for protocol, host, port in group)
+        flags = ", ".join(f"--{protocol}-port" for protocol, _, _ in group)
+        several = len(group) > 1
+        if code == errno.EADDRINUSE:
+            advice = (f"address already in use (another server running? pick "
+                      f"{'other ports with' if several else 'another port with'} {flags})")
+        elif code == errno.EADDRNOTAVAIL:
+            advice = f"{group[0][1]} is not an address of this machine (pick another with --bind)"
+        elif code == errno.EACCES:
+            advice = (f"permission denied (ports below 1024 need privileges; pick "
+                      f"{'other ports with' if several else 'another port with'} {flags})")
+        else:
+            advice = reason
+        parts.append(f"cannot listen for {where}: {advice}")
+    return "; ".join(parts)

@@ -156,3 +156,24 @@ def test_a_runtime_directory_that_is_not_writable_is_one_line(tmp_path):
         assert os.listdir(rt) == []
     finally:
         subprocess.run([chattr, "-i", str(rt)], check=True)
+
+
+def test_every_port_in_use_is_named_in_one_line(tmp_path):
+    with socket.socket() as a, socket.socket() as b:
+        for taken in (a, b):
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+        workq, goqueue = a.getsockname()[1], b.getsockname()[1]
+        line = one_line_error(run_cli("serve", "--runtime-dir", str(tmp_path / "rt"), "--shards", "1",
+                                      "--workq-port", str(workq), "--goqueue-port", str(goqueue),
+                                      "--takeanumber-port", "0", "--no-queued", "--no-taskflux"))
+    assert line.endswith(f"cannot listen for workq on 127.0.0.1:{workq}, goqueue on 127.0.0.1:{goqueue}: "
+                         f"address already in use (another server running? pick other ports with "
+                         f"--workq-port, --goqueue-port)")
+
+
+def test_a_server_without_a_data_directory_says_jobs_live_in_memory_only(tmp_path):
+    with ServerProcess(protocols=["workq"]) as proc:
+        assert "jobs are kept in memory only" in proc.log()
+    with ServerProcess(protocols=["workq"], extra=["--data-dir", str(tmp_path / "d")]) as proc:
+        assert "in memory only" not in proc.log()

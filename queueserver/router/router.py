@@ -48,7 +48,7 @@ from ..net.hangups import HangupWatch
 from ..protocols.base import ALL, BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command
 from .directory import SHARED, JobDirectory
 from .fanout import FirstFound, Gather, SpreadLease, ignore
-from ..lifecycle import setup_logging, stop_event
+from ..lifecycle import die_with_supervisor, setup_logging, stop_event
 from .shardlink import ShardLink
 
 log = logging.getLogger("queueserver.router")
@@ -488,6 +488,7 @@ def _raise_descriptor_limit() -> None:
 
 
 def main(argv=None) -> None:
+    die_with_supervisor()   # first: a supervisor gone before we run must not leave us behind
     parser = argparse.ArgumentParser(prog="queueserver-router")
     parser.add_argument("--config", required=True, help="JSON: sockets, listeners, options")
     parser.add_argument("--log-level", default="INFO")

@@ -27,6 +27,7 @@ from typing import Callable, Dict, Optional
 import gevent
 from gevent import socket
 from gevent.event import Event
+from gevent.pool import Group
 
 from ..engine import Engine
 from ..engine.effects import Effects
@@ -45,7 +46,7 @@ from ..cluster.clusterfile import load_cluster
 from ..net import linkauth
 from ..cluster.slots import MAX_SHARDS, from_ranges, slot_of
 from ..sharding import shard_for
-from ..lifecycle import setup_logging, stop_event
+from ..lifecycle import die_with_supervisor, setup_logging, stop_event
 
 log = logging.getLogger("queueserver.shard")
 
@@ -98,6 +99,9 @@ class Shard:
         self._rearm = Event()
         self._armed: Optional[int] = None
         self._after_batch_scheduled = False
+        #: every greenlet that may run a request or a timer, stopped before the log closes
+        self._tasks = Group()
+        self.stopping = False
 
     @staticmethod
     def now() -> int:
@@ -107,6 +111,8 @@ class Shard:
         """Run one request on the engine and take in its effects; its own
         reply, or None when it waits under ``token``. ``context``: the
         client's (protocol, connection), for the history."""
+        if self.stopping:   # the log may be closing: change nothing
+            return [SERVER_ERROR, "Shard is stopping"]
         if self.durability is not None:
             refused = self.durability.refusal(op)
             if refused is not None:
@@ -183,7 +189,7 @@ class Shard:
     # ---------------------------------------------------------------- serving
     def serve(self) -> None:
         if self.direct_path:   # ready before the link, which routers connect to first
-            gevent.spawn(self._serve_handoffs, listen_seqpacket(handoff_path(self.path), socket))
+            self._tasks.spawn(self._serve_handoffs, listen_seqpacket(handoff_path(self.path), socket))
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         if os.path.exists(self.path):
             os.unlink(self.path)
@@ -197,18 +203,18 @@ class Shard:
         log.info("shard %d listening on %s (pid %d)", self.index, self.path, os.getpid())
         # The supervisor publishes the ports once every shard is ready.
         open(self.path + ".ready", "w").close()
-        gevent.spawn(self._timer_loop)
+        self._tasks.spawn(self._timer_loop)
         if self.cluster is not None:
-            gevent.spawn(self.cluster.listen, self._serve_channel)
+            self._tasks.spawn(self.cluster.listen, self._serve_channel)
         while True:
             sock, _ = listener.accept()
-            gevent.spawn(self._serve_channel, sock)
+            self._tasks.spawn(self._serve_channel, sock)
 
     def _serve_handoffs(self, listener) -> None:
         """Routers connect here to hand client connections over (the direct path)."""
         while True:
             sock, _ = listener.accept()
-            gevent.spawn(self._serve_handoff_channel, HandoffChannel(sock))
+            self._tasks.spawn(self._serve_handoff_channel, HandoffChannel(sock))
 
     def _serve_handoff_channel(self, channel: HandoffChannel) -> None:
         try:
@@ -337,6 +343,15 @@ class Shard:
         for channel in self.channels.values():
             channel.send(frame)
 
+    def stop(self) -> None:
+        """Take no more requests and run no more timers, before the history
+        and the log close: nothing may be appended to them afterwards (a
+        request that still arrives on a handed-over connection is refused)."""
+        self.stopping = True
+        self._tasks.kill()
+        if self.cluster is not None:
+            self.cluster.stop()
+
     def schedule_after_batch(self) -> None:
         """Run :meth:`_after_batch` once at the end of this loop turn."""
         if not self._after_batch_scheduled:
@@ -362,6 +377,8 @@ class Shard:
         answer parked requests, tell routers of jobs made and gone; re-arm
         the timer."""
         self._after_batch_scheduled = False
+        if self.stopping:
+            return
         engine = self.engine
         while self._later:   # a delivery may execute held requests, which may answer more
             later, self._later = self._later, []
@@ -416,6 +433,7 @@ def _send_reply(channel: FrameChannel, req_id: int, reply: Reply) -> None:
 
 
 def main(argv=None) -> None:
+    die_with_supervisor()   # first: a supervisor gone before we run must not leave us behind
     parser = argparse.ArgumentParser(prog="queueserver-shard")
     parser.add_argument("--index", type=int, required=True)
     parser.add_argument("--socket", required=True)
@@ -454,7 +472,7 @@ def main(argv=None) -> None:
         if cluster is not None:
             shard.join_cluster()
             cluster.bind()
-    except (StoreError, ValueError) as err:   # a damaged log, a bad cluster file, secret or cert
+    except (StoreError, ValueError, OSError) as err:   # a damaged or unusable log, a bad cluster file, secret or cert
         log.error("shard %d cannot start: %s", args.index, err)
         with open(args.socket + ".refused", "w") as f:
             f.write(str(err))   # for the supervisor's one line
@@ -467,6 +485,7 @@ def main(argv=None) -> None:
     server.link(lambda g: stop.set())
     stop.wait()
     server.kill()
+    shard.stop()
     if shard.history is not None:
         shard.history.close()
         log.info("shard %d history: %d records written, %d write errors", args.index,
