@@ -130,17 +130,29 @@ class ClusterRouter(Router):
                 callback(reply)
                 return
             if attempt >= MAX_REDIRECTS:
-                log.warning("%s of %r: still redirected after %d tries", command.op, command.key, attempt)
+                log.warning("%s of %r: still redirected after %d tries; asking every shard for its "
+                            "slots", command.op, command.key, attempt)
+                self._refresh(lambda: None)   # whatever misled the map, the next request finds the owner
                 callback([SERVER_ERROR, "Queue is moving between shards; try again"])
                 return
             slot, target, epoch = reply[1]
+            again = lambda: self.route(command, callback, owner, attempt + 1)  # noqa: E731
             if target is not None and 0 <= target and self._knows(target):
-                self.map.set(slots, target, epoch)
+                # A MOVED speaks for the slot it names. One that names none
+                # (a request held by a move, answered when the move ended)
+                # speaks for a request of one slot; of several, which of them
+                # moved is not said: the shards are asked instead.
+                if slot is not None:
+                    self.map.set((slot,), target, epoch)
+                elif len(slots) == 1:
+                    self.map.set(slots, target, epoch)
+                elif slots:
+                    self._refresh(again)
+                    return
                 if command.route in (BY_ID, BY_NUMBER):
                     self._later(attempt, lambda: self._directed_again(self.links[target], command,
                                                                        callback, owner, attempt + 1))
                     return
-            again = lambda: self.route(command, callback, owner, attempt + 1)  # noqa: E731
             if target is None:   # the shard cannot say who has it now: ask them all
                 self._refresh(again)
             else:
@@ -151,13 +163,16 @@ class ClusterRouter(Router):
         """Learn every reachable shard's slots, then ``then()``."""
         def merge(answers: List[Any]) -> Reply:
             for answer in answers:
-                self._learn(answer["shard"], answer)
+                self._learn(answer["shard"], answer, authoritative=True)
             return [0, None]
         Gather(self.reachable, "slots", [], merge, lambda reply: gevent.spawn_later(RETRY_DELAY, then))
 
-    def _learn(self, shard: int, slots: Dict[str, Any]) -> None:
-        """Take in a shard's account of its slots (its hello, or an answer to "slots")."""
-        self.map.served(shard, slots["served"])
+    def _learn(self, shard: int, slots: Dict[str, Any], authoritative: bool = False) -> None:
+        """Take in a shard's account of its slots (its hello, or an answer to
+        "slots"). ``authoritative``: asked of every shard just now, what a
+        shard serves is the truth even where the map holds a newer epoch (a
+        map gone wrong heals at the first refresh)."""
+        self.map.served(shard, slots["served"], force=authoritative)
         self.map.hinted([hint for hint in slots["hints"] if self._knows(hint[1])])
 
     def _directed_again(self, link: ShardLink, command: Command, callback: Callback,

@@ -21,18 +21,19 @@ class SlotMap:
         self.owners = array("H", (founders[position] for position in owners))
         self.epochs = array("Q", bytes(8 * SLOTS))
 
-    def set(self, slots: Iterable[int], owner: int, epoch: int) -> None:
-        """``owner`` serves ``slots`` as of ``epoch`` (ignored where newer is known)."""
+    def set(self, slots: Iterable[int], owner: int, epoch: int, force: bool = False) -> None:
+        """``owner`` serves ``slots`` as of ``epoch`` (ignored where newer is
+        known, unless ``force``: a fact just asked of the owner)."""
         owners, epochs = self.owners, self.epochs
         for slot in slots:
-            if epoch >= epochs[slot]:
+            if force or epoch >= epochs[slot]:
                 owners[slot] = owner
                 epochs[slot] = epoch
 
-    def served(self, owner: int, runs: Sequence[Sequence[int]]) -> None:
+    def served(self, owner: int, runs: Sequence[Sequence[int]], force: bool = False) -> None:
         """A shard's ``[start, end, epoch]`` runs of slots it serves."""
         for start, end, epoch in runs:
-            self.set(range(start, end), owner, epoch)
+            self.set(range(start, end), owner, epoch, force)
 
     def hinted(self, hints: Sequence[Sequence[int]]) -> None:
         """``[slot, owner, epoch]`` of slots a shard gave away."""
