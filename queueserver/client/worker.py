@@ -6,22 +6,44 @@ the traceback as its result. The worker respects the job's TTR: when the
 function outlives the lease, the worker reports nothing (the server has
 already given the job back to its queue). SIGTERM and SIGINT stop the loop
 after the current job; leases use a short wait so stopping is prompt.
+
+When the server cannot be reached (or answers a lease with a server error,
+as while a shard restarts), the worker retries with exponential backoff
+(0.1 s doubling to at most 30 s, each wait drawn from its upper half so a
+crowd of workers spreads out) and logs one line when the trouble starts (or
+becomes another) and one when it is over; each attempt in between is logged
+at DEBUG only.
 """
 from __future__ import annotations
 
 import importlib
 import logging
+import random
 import signal
 import threading
 import time
 import traceback
 from typing import Callable, Iterable, Optional, Union
 
-from .client import Client, ConnectionLost, Job, TimedOut, WorkqError
+from .client import Client, ConnectionLost, Job, ServerError, TimedOut, WorkqError
 
 log = logging.getLogger("queueserver.worker")
 
 Handler = Callable[[Job], Union[bytes, str, None]]
+
+
+#: The first wait after a failed attempt, and the most any wait grows to (seconds).
+FIRST_BACKOFF = 0.1
+MAX_BACKOFF = 30.0
+
+
+def backoff_delay(failures: int, first: float = FIRST_BACKOFF, cap: float = MAX_BACKOFF,
+                  rng: Callable[[float, float], float] = random.uniform) -> float:
+    """How long to wait after the ``failures``-th failure in a row (1, 2, ...):
+    ``first`` doubling per failure up to ``cap``, drawn from the upper half of
+    that (jitter, so workers that lost the same server do not return in step)."""
+    ceiling = min(cap, first * 2.0 ** min(failures - 1, 64))
+    return rng(ceiling / 2, ceiling)
 
 
 class LeaseExpired(Exception):
@@ -63,14 +85,23 @@ def _as_bytes(value: Union[bytes, str, None]) -> bytes:
 
 class Worker:
     def __init__(self, client: Client, queues: Union[str, Iterable[str]], handler: Handler,
-                 wait_timeout: int = 1000, max_jobs: Optional[int] = None) -> None:
+                 wait_timeout: int = 1000, max_jobs: Optional[int] = None,
+                 first_backoff: float = FIRST_BACKOFF, max_backoff: float = MAX_BACKOFF) -> None:
         self.client = client
         self.queues = [queues] if isinstance(queues, str) else list(queues)
         self.handler = handler
         self.wait_timeout = wait_timeout
         self.max_jobs = max_jobs
+        self.first_backoff = first_backoff
+        self.max_backoff = max_backoff
         self.processed = 0
         self._stop = threading.Event()
+        #: failed attempts in a row (0: the server answers), when they began,
+        #: and whether it ever answered (for the line that says it is back)
+        self._failures = 0
+        self._trouble_since = 0.0
+        self._ever_answered = False
+        self._state: Optional[str] = None   # the trouble last logged (None: none)
 
     def stop(self, *_args) -> None:
         self._stop.set()
@@ -87,13 +118,44 @@ class Worker:
             try:
                 job = self.client.lease(self.queues, self.wait_timeout)
             except TimedOut:
+                self._answered()
                 continue
-            except (ConnectionLost, OSError) as err:
-                log.warning("connection problem (%s); retrying", err)
-                self._stop.wait(0.5)
+            except (ConnectionLost, OSError) as err:   # OSError: refused, unreachable, timed out
+                self._back_off("unreachable", f"cannot reach server {self._server()}: {_reason(err)}")
                 continue
+            except ServerError as err:   # e.g. a shard restarting: it answers, but cannot serve
+                self._back_off("refusing", f"server {self._server()} cannot serve the lease: {err}")
+                continue
+            self._answered()
             self.process(job)
         return self.processed
+
+    def _server(self) -> str:
+        return f"{getattr(self.client, 'host', '?')}:{getattr(self.client, 'port', '?')}"
+
+    def _back_off(self, state: str, problem: str) -> None:
+        """One failed attempt: logged at WARNING when the server has just
+        entered ``state`` (unreachable, refusing), else at DEBUG; then wait
+        (a stop ends the wait at once)."""
+        self._failures += 1
+        delay = backoff_delay(self._failures, self.first_backoff, self.max_backoff)
+        if self._failures == 1:
+            self._trouble_since = time.monotonic()
+        if state != self._state:   # the trouble began, or became another
+            log.warning("%s; retrying with backoff (at most %g s apart)", problem, self.max_backoff)
+            self._state = state
+        log.debug("attempt %d failed (%s); next in %.2f s", self._failures, problem, delay)
+        self._stop.wait(delay)
+
+    def _answered(self) -> None:
+        """The server answered: if attempts had been failing, say once that it is back."""
+        if self._failures:
+            log.info("%s server %s after %.1f s (%d failed attempts)",
+                     "reconnected to" if self._ever_answered else "connected to", self._server(),
+                     time.monotonic() - self._trouble_since, self._failures)
+            self._failures = 0
+            self._state = None
+        self._ever_answered = True
 
     def process(self, job: Job) -> None:
         """Run the handler on ``job`` and report it; logs one line per job
@@ -116,7 +178,7 @@ class Worker:
             return
         try:
             (self.client.complete if ok else self.client.fail)(job.id, result)
-        except WorkqError as err:
+        except (WorkqError, ConnectionLost, OSError) as err:   # the next lease retries the connection
             _log_job(job, started, logging.WARNING, f"{'completed' if ok else 'failed'}, but reporting "
                                                     f"it failed: {err}")
             return
@@ -125,8 +187,15 @@ class Worker:
     def _ttr(self, job: Job) -> int:
         try:
             return int(self.client.inspect_job(job.id)["ttr"])
-        except (WorkqError, KeyError, ValueError):
+        except (WorkqError, ConnectionLost, OSError, KeyError, ValueError):
             return 0
+
+
+def _reason(err: BaseException) -> str:
+    """``connection refused``, not ``[Errno 111] Connection refused``."""
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror.lower()
+    return str(err) or type(err).__name__
 
 
 def _log_job(job: Job, started: float, level: int, outcome: str) -> None:
