@@ -5,18 +5,63 @@ BIN    := $(VENV)/bin
 ARGS   ?=
 
 .PHONY: run test venv dev clean loadtest bench crash-test bench-spark bench-cluster
+.DEFAULT_GOAL := venv
 
-$(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --upgrade --quiet pip
+# Stamps in the venv. MADE is written last when the venv is made, so a
+# .venv without it (a make that failed or was interrupted half-way) is
+# removed and made again. INSTALLED and DEV_INSTALLED say that the package
+# (with the dev extras) is installed as the build files now describe: the
+# install is editable, so a change of code needs none, and only a change of
+# these files (or a new venv) installs again.
+MADE          := $(VENV)/.made
+INSTALLED     := $(VENV)/.installed
+DEV_INSTALLED := $(VENV)/.installed-dev
+BUILD_FILES   := setup.cfg setup.py pyproject.toml
 
-# pyproject.toml declares the build backend, so pip installs through it
-# (PEP 660 editable wheel), never through the deprecated `setup.py develop`.
-venv: $(BIN)/python
+# Before a venv is made, one line if $(PYTHON) cannot make it: not found,
+# older than 3.11 (written so that old Pythons can run it), or without venv.
+ifeq ($(wildcard $(MADE)),)
+ifneq ($(filter-out clean,$(or $(MAKECMDGOALS),$(.DEFAULT_GOAL))),)
+PYTHON_CHECK := $(shell $(PYTHON) -c 'import sys; v = sys.version_info; \
+    print(v >= (3, 11) and ("ok" if __import__("importlib.util").util.find_spec("ensurepip") else "noensurepip") \
+          or "old %d.%d.%d" % tuple(v[:3]))' 2>/dev/null || echo missing)
+ifeq ($(PYTHON_CHECK),missing)
+$(error $(PYTHON) cannot be run: queueserver needs Python 3.11 or newer (Debian: apt-get install python3 python3-venv), or name one with PYTHON=/path/to/python3.11)
+else ifeq ($(word 1,$(PYTHON_CHECK)),old)
+$(error $(PYTHON) is Python $(word 2,$(PYTHON_CHECK)): queueserver needs Python 3.11 or newer; install one and name it, e.g. make run PYTHON=python3.11)
+else ifeq ($(PYTHON_CHECK),noensurepip)
+$(error $(PYTHON) cannot make a virtual environment (no ensurepip); on Debian: apt-get install python3-venv)
+else ifneq ($(PYTHON_CHECK),ok)
+$(error $(PYTHON) did not answer the version check as a Python should (it said "$(PYTHON_CHECK)"); name Python 3.11 or newer with PYTHON=...)
+endif
+endif
+endif
+
+# A .venv made before these stamps is kept if it works (Python >= 3.11 and
+# pip); anything else there is a venv made half-way, and goes. The pip of
+# any Python >= 3.11 installs editable packages through pyproject.toml (PEP
+# 660), so it is not upgraded (which would need the network for nothing).
+$(MADE):
+	@if [ -d $(VENV) ] && $(BIN)/python -c 'import sys, pip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then \
+	    echo "keeping $(VENV): it works (Python >= 3.11, pip)"; \
+	else \
+	    rm -rf $(VENV) && echo "$(PYTHON) -m venv $(VENV)" && $(PYTHON) -m venv $(VENV) \
+	    || { rm -rf $(VENV); echo "could not make $(VENV) with $(PYTHON) (see above); nothing is left of it" >&2; exit 1; }; \
+	fi
+	@touch $@
+
+$(INSTALLED): $(MADE) $(BUILD_FILES)
 	$(BIN)/pip install --quiet -e .
+	@touch $@
 
-dev: $(BIN)/python
+# The dev extras include the package itself: INSTALLED is then true too.
+$(DEV_INSTALLED): $(MADE) $(BUILD_FILES)
 	$(BIN)/pip install --quiet -e '.[dev,spark]'
+	@touch $@ $(INSTALLED)
+
+venv: $(INSTALLED)
+
+dev: $(DEV_INSTALLED)
 
 # Jobs are kept in ./data (a log per shard); ARGS="--in-memory" keeps them in memory only.
 run: venv
