@@ -8,11 +8,20 @@ same number of shards that wrote them. ``layout.json`` records that number
 keep it: with no shard count given, the recorded one is used, and a
 different one given explicitly is refused with one line rather than
 leaving jobs on shards nobody asks.
+
+Before any shard starts, :meth:`DataDir.acquire` also checks that this
+server's user can read and write every shard's files (its log directory and
+segments, its history directory): a directory left behind by another user
+(say, made by ``make run`` as root, then served as a service user) is one
+line naming the file, its owner and the fix, not a shard that fails at start
+again and again.
 """
 from __future__ import annotations
 
 import json
 import os
+import pwd
+import stat
 from typing import Optional
 
 from .dirlock import DirectoryBusy, lock_directory
@@ -25,6 +34,93 @@ HASH_RULE = "xxh64(name) % shards"
 
 class LayoutError(Exception):
     """The data directory cannot be used as asked (one line saying why and what to do)."""
+
+
+def _reason(err: OSError) -> str:
+    return (err.strerror or str(err)).lower()
+
+
+def make_data_dir(path: str) -> None:
+    """Create the data directory if missing; :class:`LayoutError` if it cannot be
+    one (a regular file says so, rather than "file exists")."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise LayoutError(f"data directory {path} is not a directory (pick another with --data-dir)")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError as err:
+        raise LayoutError(f"cannot create data directory {path}: {_reason(err)}") from None
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _unusable(data_dir: str, path: str, err: OSError) -> LayoutError:
+    """One line: what cannot be used, why, and (when another user owns it) whose it is."""
+    try:
+        owner = os.stat(path).st_uid
+    except OSError:
+        owner = None
+    me = os.geteuid()
+    if owner is not None and owner != me:
+        fix = (f"it belongs to {_user(owner)} and this server runs as {_user(me)}: give the data "
+               f"directory to the server's user (chown -R {_user(me)} {data_dir}) or run the "
+               f"server as {_user(owner)}")
+    else:
+        fix = "check its permissions and attributes (ls -l, lsattr)"
+    return LayoutError(f"data directory {data_dir}: cannot use {path}: {_reason(err)}; {fix}")
+
+
+def _check_writable_dir(data_dir: str, path: str) -> None:
+    """``path``, if it exists, is a directory this user can list, enter and
+    create files in (tried, not guessed from mode bits: an immutable
+    directory or a missing capability fails here as it would in the shard)."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return   # made by the shard, in a directory already checked
+    except OSError as err:
+        raise _unusable(data_dir, path, err) from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise LayoutError(f"data directory {data_dir}: {path} is not a directory; move it away")
+    probe = os.path.join(path, f".startup-check-{os.getpid()}.tmp")
+    try:
+        os.listdir(path)
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        os.unlink(probe)
+    except OSError as err:
+        raise _unusable(data_dir, path, err) from None
+
+
+def check_shard_files(data_dir: str, shards: int, history: bool = True) -> None:
+    """:class:`LayoutError` unless every shard can read and write its files:
+    its log directory and each file in it (a shard reads every segment, cuts
+    a torn tail, removes obsolete ones), and, with ``history``, its history
+    directory."""
+    dirs = [shard_dir(data_dir, i) for i in range(shards)]
+    if history:
+        dirs += [os.path.join(data_dir, "history")]
+        dirs += [os.path.join(data_dir, "history", f"shard-{i}") for i in range(shards)]
+    if not all(os.path.isdir(path) for path in dirs):
+        _check_writable_dir(data_dir, data_dir)   # a shard creates what is missing here
+    for path in dirs:
+        _check_writable_dir(data_dir, path)
+    for directory in dirs[:shards]:
+        if not os.path.isdir(directory):
+            continue
+        for name in sorted(os.listdir(directory)):
+            path = os.path.join(directory, name)
+            try:
+                if not stat.S_ISREG(os.lstat(path).st_mode):
+                    continue
+                os.close(os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC))
+            except FileNotFoundError:
+                continue
+            except OSError as err:
+                raise _unusable(data_dir, path, err) from None
 
 
 def read_layout(data_dir: str) -> Optional[dict]:
@@ -47,11 +143,7 @@ def read_layout(data_dir: str) -> Optional[dict]:
 def settle_layout(data_dir: str, shards: int, shards_given: bool) -> int:
     """Create ``data_dir`` if needed and return the shard count to run:
     the recorded one, or ``shards`` for a new directory (recorded now)."""
-    try:
-        os.makedirs(data_dir, mode=0o700, exist_ok=True)
-    except OSError as err:
-        raise LayoutError(f"cannot create data directory {data_dir}: "
-                          f"{(err.strerror or str(err)).lower()}") from None
+    make_data_dir(data_dir)
     layout = read_layout(data_dir)
     if layout is not None:
         recorded = layout["shards"]
@@ -84,19 +176,19 @@ class DataDir:
         self.path = os.path.abspath(path)
         self._lock_fd: Optional[int] = None
 
-    def acquire(self, shards: int, shards_given: bool) -> int:
-        """Lock the directory and settle its layout; the shard count to run."""
-        try:
-            os.makedirs(self.path, mode=0o700, exist_ok=True)
-        except OSError as err:
-            raise LayoutError(f"cannot create data directory {self.path}: "
-                              f"{(err.strerror or str(err)).lower()}") from None
+    def acquire(self, shards: int, shards_given: bool, history: bool = True) -> int:
+        """Lock the directory, settle its layout and check that every shard
+        can use its files (``history``: its history directory too); the
+        shard count to run."""
+        make_data_dir(self.path)
         try:
             self._lock_fd = lock_directory(self.path, "data directory", "--data-dir")
         except DirectoryBusy as err:
             raise LayoutError(str(err)) from None
         try:
-            return settle_layout(self.path, shards, shards_given)
+            shards = settle_layout(self.path, shards, shards_given)
+            check_shard_files(self.path, shards, history)
+            return shards
         except LayoutError:
             self.release()
             raise
