@@ -13,7 +13,8 @@ from typing import Any, List, NoReturn, Optional
 
 from . import __version__
 from .cluster import command as cluster_command
-from .config import CODEC_OPTIONS, DEFAULT_METRICS_PORT, LISTENER, LOG_LEVELS, SERVER, Config, ConfigError, Setting
+from .config import (CODEC_OPTIONS, DEFAULT_METRICS_PORT, HISTORY, LISTENER, LOG_LEVELS, SERVER, Config,
+                     ConfigError, Setting, history_attribute)
 from .protocols import DEFAULT_PORTS
 
 PROG = "queueserver"
@@ -62,6 +63,8 @@ def _serve_parser(sub: Any) -> None:
     for protocol, options in CODEC_OPTIONS.items():
         for key, setting in options.items():
             _add_flag(p, setting, f"{protocol}_{key}")
+    for key, setting in HISTORY.items():
+        _add_flag(p, setting, history_attribute(key))
 
 
 def _worker_parser(sub: Any) -> None:
@@ -135,6 +138,10 @@ def build_config(args: argparse.Namespace) -> Config:
             value = getattr(args, f"{name}_{key}")
             if value is not None:
                 listener.options[key] = setting.check(setting.flag, value)
+    for key, setting in HISTORY.items():
+        value = getattr(args, history_attribute(key))
+        if value is not None:
+            setattr(config, history_attribute(key), setting.check(setting.flag, value))
     if args.metrics_port is not None:
         config.metrics.port = LISTENER["port"].check("--metrics-port", args.metrics_port)
     if args.no_metrics:

@@ -199,9 +199,30 @@ CODEC_OPTIONS["queued"] = {
 }
 
 
-def _check_bool(name: str, value: Any) -> bool:
-    """A true/false key outside the tables of settings (``history.enabled``)."""
-    return Setting("bool").check(name, value)
+#: ``[history]``: the shards' job history (with a data directory); the attribute
+#: of :class:`Config` is ``history`` for ``enabled``, else ``history_<key>``.
+HISTORY: Dict[str, Setting] = {
+    "enabled": Setting("bool", flag="--history",
+                       help="write the job history with a data directory (default on; --no-history: "
+                            "none)"),
+    "max_bytes": Setting("int", 65536, "bytes", flag="--history-max-bytes", metavar="BYTES",
+                         help="the node's history files together stay within BYTES (shared out "
+                              "evenly among its shards; oldest dropped first; default 1073741824, "
+                              "at least 65536)"),
+    "max_age": Setting("float", 0, "seconds", "0 keeps history of any age", flag="--history-max-age",
+                       metavar="SECONDS",
+                       help="drop history files last written more than SECONDS ago (default "
+                            "604800, a week; 0: no age limit)"),
+    "checkpoint": Setting("file", flag="--history-checkpoint", metavar="PATH",
+                          help="the --out directory (or its _checkpoint.json) of `queueserver "
+                               "history`: a history file dropped before it was read there is "
+                               "logged as a warning"),
+}
+
+
+def history_attribute(key: str) -> str:
+    """The :class:`Config` attribute of ``[history] key``."""
+    return "history" if key == "enabled" else f"history_{key}"
 
 
 def unknown_key(dotted: str, valid: List[str]) -> ConfigError:
@@ -258,8 +279,12 @@ class Config:
     fsync: str = "always"
     fsync_interval: float = 1000.0
     compact_after_bytes: int = 64 * 1024 * 1024
-    #: ``[history] enabled``: write the job history when there is a data directory
+    #: ``[history]`` (:data:`HISTORY`): write the job history when there is a data
+    #: directory; the node's history within max_bytes and max_age (s; 0: any age)
     history: bool = True
+    history_max_bytes: int = 1 << 30
+    history_max_age: float = 7 * 86400.0
+    history_checkpoint: Optional[str] = None
     #: server-wide keys set by the file or a flag, not left at their default
     explicit: set = field(default_factory=set, compare=False, repr=False)
     cluster: Optional[str] = None
@@ -301,9 +326,9 @@ class Config:
                 raise unknown_key(key, ["server", "history", "metrics", *SERVER, *self.listeners])
         history = _table("history", data.get("history", {}))
         for key, value in history.items():
-            if key != "enabled":
-                raise unknown_key(f"history.{key}", ["enabled"])
-            self.history = _check_bool("history.enabled", value)
+            if key not in HISTORY:
+                raise unknown_key(f"history.{key}", list(HISTORY))
+            setattr(self, history_attribute(key), HISTORY[key].check(f"history.{key}", value))
         for key in server:
             if key not in SERVER:
                 raise unknown_key(f"server.{key}", list(SERVER))
@@ -337,6 +362,14 @@ class Config:
     def keeps_history(self) -> bool:
         """Whether shards write the job history (on with a data directory)."""
         return self.durable and self.history
+
+    def history_shard_args(self) -> List[str]:
+        """A shard's history retention flags: its even part of the node's bound."""
+        args = ["--history-max-bytes", str(self.history_max_bytes // self.shards),
+                "--history-max-age", repr(self.history_max_age)]
+        if self.history_checkpoint is not None:
+            args += ["--history-checkpoint", os.path.abspath(self.history_checkpoint)]
+        return args
 
     def shard_max_queues(self) -> int:
         """Each shard's part of ``max_queues`` (rounded up, so the shards together hold at least it)."""

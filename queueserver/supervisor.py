@@ -198,7 +198,7 @@ class Supervisor:
                               "--fsync-interval", repr(config.fsync_interval),
                               "--compact-after-bytes", str(config.compact_after_bytes)]
                              if self.data else [])
-                          + (["--history-dir", self.data.history_dir(i)]
+                          + (["--history-dir", self.data.history_dir(i), *config.history_shard_args()]
                              if config.keeps_history else [])
                           + (["--cluster", self.cluster.path, "--node", config.node]
                              if self.cluster is not None else []))

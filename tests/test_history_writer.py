@@ -3,10 +3,10 @@ transition, with the protocol and connection of the client behind it, on
 the direct path and forwarded alike; off with ``[history] enabled = false``."""
 from __future__ import annotations
 
-import json
 import pytest
 
 from queueserver.client import Client
+from queueserver.shard.history import decode
 
 from serverproc import ServerProcess, wait_for
 from wire import line_exchange
@@ -17,7 +17,7 @@ ID = "00000000-0000-4000-8000-%012d"
 def history(data) -> list:
     records = []
     for path in sorted((data / "history").rglob("*.jsonl")):
-        records += [json.loads(line) for line in path.read_text().splitlines()]
+        records += [decode(line) for line in path.read_text().splitlines()]
     return records
 
 
@@ -39,7 +39,7 @@ def test_every_transition_is_a_line_naming_its_client(tmp_path, direct):
         line_exchange(proc.ports["takeanumber"], f"DONE tq {tid}\r\n".encode())
         wait_for(lambda: len(history(data)) >= 7, 10, lambda: f"the history: {history(data)}")
     records = history(data)
-    assert all(r["v"] == 1 for r in records)
+    assert all(r["v"] == 2 for r in records)
     one = [(r["event"], r["protocol"], r["attempt"], r["outcome"], r["size"])
            for r in records if r["id"] == ID % 1]
     assert one == [("added", "workq", 0, None, 5), ("leased", "workq", 1, None, 5),

@@ -1,14 +1,20 @@
-"""The history record (version 1) as the shards write it, and the names of its events.
+"""The history record as the shards write it, and the names of its events.
 
-Spark parses every line against :data:`RECORD` (never infers a schema), so
-a line that does not fit shows up in ``_corrupt_record`` instead of
-silently changing a column's type.
+Version 1 lines are JSON objects; Spark parses them against :data:`RECORD`
+(never infers a schema), so a line that does not fit shows up in
+``_corrupt_record`` instead of silently changing a column's type. Version 2
+lines (what shards write now, half the bytes) are JSON arrays holding the
+same fields by position (:data:`ARRAY_FIELDS`, as
+``queueserver.shard.history.FIELDS``), without ``outcome``, which is the
+event's name on a final event; they are parsed as :data:`ARRAY` and turned
+into the same record.
 """
 from __future__ import annotations
 
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
 
-VERSION = 1
+VERSION = 1         # a JSON object per line
+ARRAY_VERSION = 2   # a JSON array per line, fields by position
 
 # Events that leave a job ready, in line or with a worker; the job goes on.
 ADDED, LEASED, REQUEUED, RELEASED, RETURNED, RETRIED = (
@@ -35,6 +41,11 @@ RECORD = StructType([
     StructField("conn", StringType()),
     StructField(CORRUPT, StringType()),       # the line, when some field did not parse
 ])
+
+# A version-2 line: every element as its JSON text (strings unquoted), cast field by field.
+ARRAY = ArrayType(StringType())
+ARRAY_FIELDS = ("v", "time", "shard", "event", "protocol", "queue", "id", "number", "attempt",
+                "priority", "size", "conn")
 
 # Only the version, read on its own: a record of another version may not fit RECORD at all.
 VERSION_ONLY = StructType([StructField("v", LongType())])

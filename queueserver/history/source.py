@@ -4,7 +4,8 @@ Files are read with Spark's ``binaryFile`` source, one row per file, so a
 file that grew is read from the byte where the last run stopped (text and
 JSON sources cannot start mid-file) and the incomplete last line of a file
 being written is measured and left for the next run. Lines are split and
-parsed by Spark against the explicit record schema (:mod:`.schema`); each
+parsed by Spark against the explicit record schema (:mod:`.schema`; version-1
+objects and version-2 arrays alike); each
 is classified as an event, a blank line, a partial last line, a malformed
 line or a record of another version. No Python UDFs: executors need no
 copy of this package. A file must stay under 2 GB (one binary value);
@@ -22,7 +23,8 @@ from pyspark.sql import functions as F
 
 from .checkpoint import FileMark, Listed, Plan
 from .errors import HistoryError
-from .schema import CORRUPT, EVENTS, RECORD, REQUIRED, VERSION, VERSION_ONLY
+from .schema import (ARRAY, ARRAY_FIELDS, ARRAY_VERSION, CORRUPT, EVENTS, FINAL, RECORD, REQUIRED,
+                     VERSION, VERSION_ONLY)
 
 PATTERN = "*.jsonl"
 # Line kinds.
@@ -147,24 +149,50 @@ def _offsets(grown: Dict[str, int]) -> Column:
 def _classified(lines: DataFrame) -> DataFrame:
     """Each line with its kind, version and parsed record.
 
-    Only the last piece of a file (after its last newline) can be partial:
-    a line still being written. It is left unconsumed when it does not
-    parse; any other line that does not parse is malformed and is skipped."""
+    A line starting with ``[`` is a version-2 array, any other a version-1
+    object (:mod:`.schema`); both become the same record. Only the last piece
+    of a file (after its last newline) can be partial: a line still being
+    written. It is left unconsumed when it does not parse; any other line
+    that does not parse is malformed and is skipped."""
     line, version, record = F.col("line"), F.col("version"), F.col("record")
+    array, is_array = F.col("array"), F.col("line").startswith("[")
     is_tail = F.col("pos") == F.col("n") - 1
     broken = record.getField(CORRUPT).isNotNull() | ~record.getField("event").isin(*EVENTS)
     for name in REQUIRED:
         broken = broken | record.getField(name).isNull()
+    known = F.when(is_array, version == ARRAY_VERSION).otherwise(version == VERSION)
     kind = (F.when(line.rlike(r"^\s*$"), BLANK)
             .when(is_tail & version.isNull(), PARTIAL)
             .when(version.isNull(), MALFORMED)
-            .when(version != VERSION, OTHER_VERSION)
+            .when(~known, OTHER_VERSION)
             .when(F.coalesce(broken, F.lit(True)), MALFORMED)
             .otherwise(EVENT))
-    return (lines.withColumn("version", F.from_json(line, VERSION_ONLY).getField("v"))
-            .withColumn("record", F.from_json(line, RECORD))
+    return (lines.withColumn("array", F.when(is_array, F.from_json(line, ARRAY)))
+            .withColumn("version", F.when(is_array, F.get(array, 0).try_cast("long"))
+                        .otherwise(F.from_json(line, VERSION_ONLY).getField("v")))
+            .withColumn("record", F.when(is_array & (version == ARRAY_VERSION), _from_array(array, line))
+                        .otherwise(F.from_json(line, RECORD)))
             .withColumn("kind", kind)
             .select("path", "mtime", "size", "start", "kind", "version",
                     F.when(F.col("kind") == PARTIAL, F.octet_length(line)).otherwise(0)
                     .cast("long").alias("partial_bytes"),
                     F.when(F.col("kind") == EVENT, record).alias("record")))
+
+
+def _from_array(array: Column, line: Column) -> Column:
+    """A version-2 line's elements as a :data:`RECORD` struct: each field cast
+    from its position, ``outcome`` from a final event, and the line as
+    ``_corrupt_record`` when the count is wrong or a value does not cast."""
+    raw = {name: F.get(array, i) for i, name in enumerate(ARRAY_FIELDS)}
+    bad = F.size(array) != len(ARRAY_FIELDS)
+    fields = []
+    for field in RECORD.fields:
+        if field.name == CORRUPT:
+            continue
+        if field.name == "outcome":
+            value = F.when(raw["event"].isin(*FINAL), raw["event"])
+        else:
+            value = raw[field.name].try_cast(field.dataType)
+            bad = bad | (raw[field.name].isNotNull() & value.isNull())
+        fields.append(value.alias(field.name))
+    return F.struct(*fields, F.when(bad, line).alias(CORRUPT))

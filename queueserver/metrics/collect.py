@@ -36,6 +36,8 @@ from .control import ASK_TIMEOUT, ask_all
 from .histogram import add_snapshots, empty_snapshot
 
 COUNTERS = ("added", "leased", "completed", "failed", "expired")
+#: a shard's history retention counters: segments dropped, and of those unread by the checkpoint
+HISTORY_COUNTERS = ("history_dropped", "history_unread_dropped")
 STATES = ("ready", "scheduled", "leased", "finished")
 NCOUNTERS = len(COUNTERS)
 OTHER = "other"
@@ -85,6 +87,8 @@ def _counters(answer: Dict[str, Any]) -> Dict[str, Any]:
                             ("fsync", FSYNC_BUCKETS)):
             part[key] = copy.deepcopy(answer.get(key) or empty_snapshot(bounds))
         part["log_records"] = answer.get("log_records", 0)
+        for key in HISTORY_COUNTERS:
+            part[key] = answer.get(key, 0)
         part["slot_moves"] = dict(answer.get("slot_moves", {"in": 0, "out": 0}))
     return part
 
@@ -237,7 +241,7 @@ class NodeView:
         for kind in ("shards", "routers"):
             for entry in status[kind]:
                 index = entry.get("shard", entry.get("router"))
-                for key in ("accepted", "bytes_received", "bytes_sent", "log_records"):
+                for key in ("accepted", "bytes_received", "bytes_sent", "log_records", *HISTORY_COUNTERS):
                     if key in entry:
                         entry[key] = keep((kind, index, key), entry[key])
                 for key, value in entry.get("counters", {}).items():
@@ -295,13 +299,16 @@ class NodeView:
                 "counters": dict(zip(COUNTERS, shard_counts)),
                 "log_records": counted.get("log_records", 0),
                 "durable": bool((answer or process.last or {}).get("durable")),
+                "history": bool((answer or process.last or {}).get("history")),
+                **{key: counted.get(key, 0) for key in HISTORY_COUNTERS},
                 "accepted": counted.get("accepted", 0),
                 "bytes_received": counted.get("bytes_received", 0),
                 "bytes_sent": counted.get("bytes_sent", 0),
             }
             if answer is not None:
                 entry.update({key: answer.get(key, 0) for key in
-                              ("jobs", "queues", "log_bytes", "connections", "slots_owned")})
+                              ("jobs", "queues", "log_bytes", "connections", "slots_owned",
+                               "history_bytes", "history_segments")})
                 for key in ("jobs", "queues", "connections"):
                     totals[key] += entry[key]
             for key in ("accepted", "bytes_received", "bytes_sent"):
@@ -422,16 +429,31 @@ def families(status: Dict[str, Any]) -> List[Metric]:
     slots = gauge("queueserver_slots_owned", "Cluster slots the shard owns.", ["shard"])
     up = gauge("queueserver_shard_up", "Whether the shard answered this scrape.", ["shard"])
     jobs = gauge("queueserver_jobs", "Jobs the shard holds.", ["shard"])
+    history_bytes = gauge("queueserver_history_bytes", "Bytes of the shard's job history files.",
+                          ["shard"])
+    history_segments = gauge("queueserver_history_segments", "The shard's job history files.",
+                             ["shard"])
+    dropped = counter("queueserver_history_segments_dropped_total",
+                      "History files removed by retention (max_bytes, max_age).", ["shard"])
+    unread = counter("queueserver_history_unread_segments_dropped_total",
+                     "History files removed by retention before the history checkpoint had read "
+                     "them all.", ["shard"])
     for shard in status["shards"]:
         label = str(shard["shard"])
         up.add_metric([node, label], 1 if shard["up"] else 0)
         if shard["durable"]:
             log_records.add_metric([node, label], shard["log_records"])
+        if shard["history"]:
+            dropped.add_metric([node, label], shard["history_dropped"])
+            unread.add_metric([node, label], shard["history_unread_dropped"])
         if shard["up"]:
             jobs.add_metric([node, label], shard["jobs"])
             slots.add_metric([node, label], shard["slots_owned"])
             if shard["durable"]:
                 log_bytes.add_metric([node, label], shard["log_bytes"])
+            if shard["history"]:
+                history_bytes.add_metric([node, label], shard["history_bytes"])
+                history_segments.add_metric([node, label], shard["history_segments"])
     moves = counter("queueserver_slot_moves_total", "Cluster slots moved in or out.", ["direction"])
     for direction in ("in", "out"):
         moves.add_metric([node, direction], status["slot_moves"][direction])

@@ -62,7 +62,8 @@ class Shard:
                  queue_idle: float = 0.0, shards: int = 1, direct_path: bool = False,
                  data_dir: Optional[str] = None, fsync: str = "always",
                  fsync_interval: float = 1000.0, compact_after_bytes: int = 64 << 20,
-                 history_dir: Optional[str] = None, cluster: Optional[ShardInCluster] = None) -> None:
+                 history_dir: Optional[str] = None, cluster: Optional[ShardInCluster] = None,
+                 history_retention: Optional[dict] = None) -> None:
         #: in a cluster: its TCP links and its slots (None: one host)
         self.cluster = cluster
         if cluster is not None:   # known by its ordinal; numbers stride over any cluster's shards
@@ -91,7 +92,7 @@ class Shard:
         self.history: Optional[HistoryWriter] = None
         self._contexts: Dict[object, Context] = {}
         if history_dir is not None:
-            self.history = HistoryWriter(history_dir, index)
+            self.history = HistoryWriter(history_dir, index, **(history_retention or {}))
             self.engine.history = True
         self.direct = DirectServer(self)
         self.stats = ShardStats(self.index)   # /metrics: counts once attached, after recovery
@@ -455,6 +456,13 @@ def main(argv=None) -> None:
     parser.add_argument("--node", metavar="NAME", help="this shard's node in the cluster file")
     parser.add_argument("--history-dir", metavar="DIR",
                         help="write the job history (JSON Lines) here (default: none)")
+    parser.add_argument("--history-max-bytes", type=int, metavar="BYTES",
+                        help="keep this shard's history files within BYTES (default: any size)")
+    parser.add_argument("--history-max-age", type=float, metavar="SECONDS",
+                        help="drop history files last written more than SECONDS ago (default: never)")
+    parser.add_argument("--history-checkpoint", metavar="PATH",
+                        help="the checkpoint of `queueserver history`: dropping a file it has not "
+                             "read is a warning")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     setup_logging(args.log_level, f"shard-{args.index}")
@@ -466,7 +474,9 @@ def main(argv=None) -> None:
             cluster = ShardInCluster(spec, me, linkauth.load_secret(spec.secret_file))
         shard = Shard(args.index, args.socket, args.max_queues, args.queue_idle_timeout, args.shards,
                       args.direct_path, args.data_dir, args.fsync, args.fsync_interval,
-                      args.compact_after_bytes, args.history_dir, cluster)
+                      args.compact_after_bytes, args.history_dir, cluster,
+                      {"max_bytes": args.history_max_bytes, "max_age": args.history_max_age,
+                       "checkpoint": args.history_checkpoint})
         if shard.durability is not None:
             shard.recover()
         if cluster is not None:

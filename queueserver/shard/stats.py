@@ -431,6 +431,7 @@ class ShardStats:
             "slots_owned": self.slots_owned or _owned(engine), "slot_moves": dict(self.slot_moves),
             "durable": False, "log_bytes": 0, "log_records": 0,
             "fsync": empty_snapshot(FSYNC_BUCKETS),
+            "history": False,
         }
         answer.update(traffic.snapshot())   # connections served here directly, their bytes
         durability = getattr(shard, "durability", None)
@@ -442,6 +443,10 @@ class ShardStats:
             fsync = getattr(wal, "fsync_seconds", None)
             if fsync is not None:
                 answer["fsync"] = fsync.snapshot()
+        history = getattr(shard, "history", None)
+        if history is not None:
+            answer["history"] = True
+            answer.update(history.stats())
         return answer
 
 
