@@ -80,7 +80,9 @@ def drive(seed: int, steps: int = 600):
         leased_before = {id for id, job in engine.jobs.items() if job.state == J.LEASED}
         fx = engine.execute(op, args, now, ("t", rng.random()))
         ref.take(fx.history)
-        if op in ("complete", "fail") and args[0] in leased_before and fx.reply[0] == 0:
+        ended = (op in ("complete", "fail") and fx.reply[0] == 0
+                 or op == "retry" and fx.reply[1] == "No retries remaining.")   # a fail too
+        if ended and args[0] in leased_before:
             timed_leases += 1
         return fx.reply
 

@@ -133,9 +133,7 @@ class Engine:
     def execute(self, op: str, args: Sequence[Any], now: int, token: Any = None) -> Effects:
         """Run request ``op``; its effects, whose ``reply`` is None if it now
         waits under ``token``."""
-        fx = self._fx = Effects()
-        if self.history:
-            fx.history = []
+        fx = self._step()
         handler = self._requests.get(op)
         if handler is None:
             fx.reply = [CLIENT_ERROR, "Unknown command"]
@@ -158,9 +156,7 @@ class Engine:
     def advance(self, now: int) -> Effects:
         """Fire every timer due at ``now``, and drop queues unused for too
         long; the answers this gives parked requests are in ``later``."""
-        fx = self._fx = Effects()
-        if self.history:
-            fx.history = []
+        fx = self._step()
         self.now = now
         if self.queue_idle:
             self._drop_unused(now - self.queue_idle)
@@ -265,19 +261,37 @@ class Engine:
         """Make a job ready again at its original place in add order (as the
         original takeanumber did), charging its retry budget.
 
-        With the budget spent, the job is removed and an error returned.
+        With the budget spent, the job fails (as a fail past its max-fails
+        would) and is removed, and an error returned.
         """
         job = self._job(id, name)
         if job.fails >= job.max_fails:
-            self.apply(("delete", id))
+            self._finish_and_remove(job, "fail", now)
             raise client_error("No retries remaining.")
         self.apply(("retry", id, now))
         return [OK, None]
 
     def _delete(self, now: int, token: Any, id: str, name: Optional[str] = None) -> Reply:
-        self._job(id, name)
-        self.apply(("delete", id))
+        """Remove a job. A delete naming the job's queue is takeanumber's DONE:
+        of a leased job, it is how that protocol's worker finishes it."""
+        job = self._job(id, name)
+        if name is not None and job.state == J.LEASED:
+            self._finish_and_remove(job, "complete", now)
+        else:
+            self.apply(("delete", id))
         return [OK, None]
+
+    def _finish_and_remove(self, job: Job, kind: str, now: int) -> None:
+        """``job`` ends (``complete`` or ``fail``, with no result; one that
+        has ended already keeps its outcome), then goes: how takeanumber and
+        goqueue, whose workers remove the jobs they are done with, finish
+        one. Its outcome is thus told by the very events that tell it for
+        every protocol (the metrics and the history read it there), and logs
+        replay with the handlers they always had."""
+        if not job.finished:
+            self.apply((kind, job.id, b"", now))
+        if job.id in self.jobs:   # unless a ``run`` caller took its result, which removes it
+            self.apply(("delete", job.id))
 
     def _numbered(self) -> Dict[int, Job]:
         """Jobs by number, built on first use (only goqueue asks by number)."""
@@ -290,10 +304,14 @@ class Engine:
         return number in self._numbered()
 
     def _delete_number(self, now: int, token: Any, number: int) -> Reply:
+        """goqueue's DELETE: of a reserved job, how its worker finishes it."""
         job = self._numbered().get(number)
         if job is None:
             raise not_found()
-        self.apply(("delete", job.id))
+        if job.state == J.LEASED:
+            self._finish_and_remove(job, "complete", now)
+        else:
+            self.apply(("delete", job.id))
         return [OK, job.id]
 
     def _result(self, now: int, token: Any, id: str, timeout: int) -> Optional[Reply]:
@@ -559,6 +577,13 @@ class Engine:
             self.apply(("delete", job.id))
 
     # ----------------------------------------------------------------- events
+    def _step(self) -> Effects:
+        """The effects of a new step, with its job history when one is kept."""
+        fx = self._fx = Effects()
+        if self.history:
+            fx.history = []
+        return fx
+
     def apply(self, event: Event) -> None:
         """Record one state change in the step's effects, then carry it out.
 
@@ -599,7 +624,7 @@ class Engine:
         """After a restart's :meth:`replay`: nobody holds a lease and no
         ``run`` caller waits any more, so leased jobs are ready again (their
         attempt stays counted: delivery is at least once) and ``run`` jobs go."""
-        fx = self._fx = Effects()
+        fx = self._step()
         self.now = now
         for job in list(self.jobs.values()):
             if job.foreground:

@@ -46,39 +46,16 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple, 
 import gevent
 from gevent.event import Event
 
-from ..engine.job import COMPLETED, FAILED, LEASED
 from ..history.checkpoint import NAME as CHECKPOINT_NAME, Checkpoint
 from ..history.errors import HistoryError
 from ..store.segments import write_all
+from .outcomes import FINAL as _FINAL, history_event
 
 log = logging.getLogger("queueserver.shard")
 
 SCHEMA_VERSION = 2
-#: engine event -> history event, where the event alone says it
-_EVENTS = {"add": "added", "restore": "returned", "lease": "leased", "unlease": "returned",
-           "release": "released", "exhaust": "dead", "complete": "completed", "retry": "retried",
-           "delete": "deleted", "take": "taken", "ttl": "expired"}
-#: protocols whose workers finish a job by deleting it
-ACK_BY_DELETE = frozenset(("takeanumber", "goqueue"))
-#: history events that end a job, with their outcome
-_FINAL = {"completed", "failed", "dead", "expired", "deleted", "taken"}
 
 Context = Optional[Tuple[str, str]]   # (protocol, connection) of the client behind a request
-
-
-def history_event(kind: str, state: int, protocol: Optional[str] = None) -> Optional[str]:
-    """The history event of an engine event (None: not one, e.g. a wake-up).
-    takeanumber's DONE and goqueue's DELETE of a reserved job are how those
-    protocols say a job is done: completed, not deleted."""
-    if kind == "delete":
-        return "completed" if state == LEASED and protocol in ACK_BY_DELETE else "deleted"
-    if kind == "ttr":
-        return "dead" if state == FAILED else "requeued"
-    if kind == "fail":
-        return "failed" if state == FAILED else "retried"
-    if kind == "complete" and state != COMPLETED:
-        return None
-    return _EVENTS.get(kind)
 
 
 #: The fields of a version-2 line, by position (a version-1 line names them and adds ``outcome``).
@@ -205,7 +182,7 @@ class HistoryWriter:
         for kind, id, name, number, attempts, priority, size, state, token in entries:
             who = lessee(token) if kind == "lease" else context
             protocol, conn = who if who is not None else (None, None)
-            event = history_event(kind, state, protocol)
+            event = history_event(kind, state)
             if event is None:
                 continue
             queue = names.get(name)

@@ -154,7 +154,8 @@ class Shard:
 
     def recover(self) -> None:
         """A durable shard, before serving: rebuild the engine from its log.
-        Nobody holds a lease any more, so leased jobs are ready again."""
+        Nobody holds a lease any more, so leased jobs are ready again: the
+        history says they were ``released``."""
         started = time.monotonic()
         # Replaying makes objects by the million and frees none: the cycle
         # collector would only rescan them. Afterwards they are frozen out
@@ -165,7 +166,11 @@ class Shard:
         finally:
             gc.enable()
         gc.freeze()
-        self._take(self.engine.recovered(now_us()))
+        now = now_us()
+        fx = self.engine.recovered(now)
+        self._take(fx)
+        if fx.history:
+            self.history.record(fx.history, now, None, self._contexts.get)
         self.durability.commit()
         log.info("shard %d recovered %d jobs in %d queues from %d log records in %.2f s",
                  self.index, len(self.engine.jobs), len(self.engine.queues), records,

@@ -17,7 +17,13 @@ could be told. Events nobody counts (``add`` of ``restore``, ``wake``,
 handlers untouched. The table is wrapped only after recovery: replaying the
 log rebuilds state and counts nothing.
 
-What a job's event adds (``row`` is its queue's counter row)::
+What a job's event adds (``row`` is its queue's counter row). Completed,
+failed and expired are counted where :func:`.outcomes.history_event`, the
+job history's own rule, reads that outcome in the event (completed and
+taken: completed; failed and dead: failed; expired: expired), so that
+``/metrics`` and the history never disagree; takeanumber's DONE and
+goqueue's DELETE of a reserved job reach here as ``complete`` (then a
+``delete``), a RETRY with no retries left as ``fail`` (then a ``delete``)::
 
     add              added
     lease            leased, leased now + 1; the wait since it became ready
@@ -67,12 +73,16 @@ from ..engine import job as J
 from ..engine.engine import T_TTL as J_TTL, T_TTR as J_TTR
 from ..metrics import FSYNC_BUCKETS, LATENCY_BUCKETS, MAX_QUEUE_LABELS, traffic
 from ..metrics.histogram import Histogram, empty_snapshot
+from .outcomes import history_event
 
 #: Counter row layout: five counters, then the number of the queue's jobs leased now.
 ADDED, LEASED, COMPLETED, FAILED, EXPIRED, LEASED_NOW = range(6)
 COUNTERS = ("added", "leased", "completed", "failed", "expired")
 #: Per-queue states of the ``queueserver_queue_jobs`` gauge, in snapshot order.
 STATES = ("ready", "scheduled", "leased", "finished")
+#: A job's outcome (a final history event) -> the counter it adds to.
+OUTCOME_COUNTERS = {"completed": COMPLETED, "taken": COMPLETED, "failed": FAILED, "dead": FAILED,
+                    "expired": EXPIRED}
 
 #: Rows of removed queues kept; past this the longest unused are folded into ``other``.
 MAX_REMOVED_ROWS = 1000
@@ -174,6 +184,13 @@ class ShardStats:
             row = rows.get(name)
             return row if row is not None else new_row(name)
 
+        def count_outcome(row: List[int], kind: str, state: int) -> None:
+            """Count the outcome (if any) the history's rule reads in event
+            ``kind`` whose job is in ``state`` after it."""
+            counter = OUTCOME_COUNTERS.get(history_event(kind, state))
+            if counter is not None:
+                row[counter] += 1
+
         def waited(job, id: str, now: int) -> None:
             since = ready_since.get(id) if ready_since else None
             if since is None:
@@ -220,8 +237,8 @@ class ShardStats:
         on_complete = base["complete"]
 
         def complete(engine, id, result, now):   # the hot path: inlined
-            name = engine.jobs[id].name
-            row = rows.get(name) or new_row(name)
+            job = engine.jobs[id]
+            row = rows.get(job.name) or new_row(job.name)
             start = leased.pop(id, None)
             if start is not None:
                 row[LEASED_NOW] -= 1
@@ -230,13 +247,15 @@ class ShardStats:
                     observe_lease(took if took > 0 else 0)
             if ready_since:
                 ready_since.pop(id, None)
-            row[COMPLETED] += 1
             on_complete(engine, id, result, now)
+            count_outcome(row, "complete", job.state)
 
-        def finishing(original: Callable[..., None], ends_lease_at: Callable[..., Optional[int]]):
+        def finishing(kind: str, ends_lease_at: Callable[..., Optional[int]]):
             """ttr and fail: the job may go back in line (so it is ready from
             now on, unless leased again at once) or fail for good (counted
             unless an ``exhaust`` it set off counted it already)."""
+            original = base[kind]
+
             def handler(engine, id, *args):
                 job = engine.jobs[id]
                 row = row_of(job.name)
@@ -249,26 +268,25 @@ class ShardStats:
                     original(engine, id, *args)
                 finally:
                     stats._exhausted = None
-                if job.state == FAILED_STATE:
-                    if ready_since:
-                        ready_since.pop(id, None)
-                    if id not in exhausted:
-                        row[FAILED] += 1
+                if job.state == FAILED_STATE and ready_since:
+                    ready_since.pop(id, None)
+                if id not in exhausted:
+                    count_outcome(row, kind, job.state)
             return handler
 
-        table["fail"] = finishing(base["fail"], lambda now: now)   # a fail ends a lease: timed
-        table[J_TTR] = finishing(base[J_TTR], lambda now: None)    # a lease that ran out: not timed
+        table["fail"] = finishing("fail", lambda now: now)    # a fail ends a lease: timed
+        table[J_TTR] = finishing(J_TTR, lambda now: None)     # a lease that ran out: not timed
 
         on_exhaust = base["exhaust"]
 
         def exhaust(engine, id):
             job = engine.jobs[id]
-            row_of(job.name)[FAILED] += 1
             if ready_since:
                 ready_since.pop(id, None)
             if stats._exhausted is not None:
                 stats._exhausted.add(id)
             on_exhaust(engine, id)
+            count_outcome(row_of(job.name), "exhaust", job.state)
 
         on_ttl = base[J_TTL]
 
@@ -279,9 +297,9 @@ class ShardStats:
                 lease_ended(id, row, None)
                 if ready_since:
                     ready_since.pop(id, None)
-                if not job.finished:
-                    row[EXPIRED] += 1
             on_ttl(engine, id, now)
+            if job is not None:
+                count_outcome(row, J_TTL, job.state)
 
         def leaving(original: Callable[..., None]):
             """delete: the job goes; its lease (if any) with it."""
@@ -301,12 +319,13 @@ class ShardStats:
             job = engine.jobs.get(id)
             if job is not None:
                 row = row_of(job.name)
-                row[LEASED] += 1
-                row[COMPLETED] += 1
+                row[LEASED] += 1   # a take is a lease, and its outcome at once
                 waited(job, id, engine.now)
                 if ready_since:
                     ready_since.pop(id, None)
             on_take(engine, id)
+            if job is not None:
+                count_outcome(row, "take", job.state)
 
         on_restore = base["restore"]
 
