@@ -80,9 +80,9 @@ def run(inputs: Sequence[str], out: str, spark: Optional[SparkSession] = None,
 def _run(spark: SparkSession, inputs: List[str], out: str, stale_after: float,
          rebuild: bool) -> Summary:
     storage = Storage(spark, out)
-    text = None if rebuild else storage.read_text(ckpt.NAME)
-    previous = ckpt.Checkpoint() if text is None else ckpt.Checkpoint.from_json(
-        text, storage.path(ckpt.NAME))
+    if storage.is_file(""):
+        raise HistoryError(f"--out {out} is a file, not a directory")
+    previous = ckpt.Checkpoint() if rebuild else _checkpoint(storage)
     with stage(f"listing {', '.join(inputs)}"):
         listed = source.list_files(spark, inputs)
     plan = ckpt.plan(previous, listed)
@@ -119,6 +119,16 @@ def _run(spark: SparkSession, inputs: List[str], out: str, stale_after: float,
     return summary
 
 
+def _checkpoint(storage: Storage) -> ckpt.Checkpoint:
+    """The checkpoint of the runs so far (an empty one before the first)."""
+    where = storage.path(ckpt.NAME)
+    try:
+        text = storage.read_text(ckpt.NAME)
+    except OSError as err:
+        raise ckpt.unusable(where, err) from None
+    return ckpt.Checkpoint() if text is None else ckpt.Checkpoint.from_json(text, where)
+
+
 def _new_generation() -> str:
     return f"gen-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
 
@@ -153,9 +163,9 @@ def _write_outputs(spark: SparkSession, storage: Storage, current: ckpt.Checkpoi
                    listed: List[ckpt.Listed], plan: ckpt.Plan, tally: source.Tally,
                    stale_after: float) -> Summary:
     assert current.state is not None
-    minutes = _read_state(spark, storage, current.state, "minutes")
     jobs = tables.job_view(_read_state(spark, storage, current.state, "jobs"))
     jobs = jobs.persist(StorageLevel.MEMORY_AND_DISK)
+    minutes = tables.minute_view(_read_state(spark, storage, current.state, "minutes"), jobs)
     try:
         with stage(f"loading state {current.state}"):
             first, last = jobs.agg(F.min("first_seen"), F.max("last_seen")).first()

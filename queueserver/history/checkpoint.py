@@ -23,7 +23,8 @@ from typing import Dict, List, Optional
 from .errors import HistoryError
 
 NAME = "_checkpoint.json"
-FORMAT = 1
+#: 2: the job state keeps each job's first end (1 kept the latest final event)
+FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -60,14 +61,22 @@ class Checkpoint:
         try:
             data = json.loads(text)
             if data.get("format") != FORMAT:
-                raise ValueError(f"format {data.get('format')!r}, expected {FORMAT}")
+                raise ValueError(f"format {data.get('format')!r}, expected {FORMAT}: "
+                                 + ("an older queueserver history wrote it"
+                                    if isinstance(data.get("format"), int) and data["format"] < FORMAT
+                                    else "not one this version writes"))
             return cls(state=data["state"], records=int(data["records"]),
                        malformed=int(data["malformed"]),
                        versions={int(v): int(n) for v, n in data["versions"].items()},
                        files={path: FileMark(*map(int, mark)) for path, mark in data["files"].items()})
         except (ValueError, KeyError, TypeError) as err:
-            raise HistoryError(f"cannot use the checkpoint {where} ({err}); "
-                               "run again with --rebuild to read every file anew") from None
+            raise unusable(where, err) from None
+
+
+def unusable(where: str, why: object) -> HistoryError:
+    """The error for a checkpoint that cannot be used, with the way out."""
+    return HistoryError(f"cannot use the checkpoint {where} ({why}); "
+                        "run again with --rebuild to read every file anew")
 
 
 @dataclass(frozen=True)

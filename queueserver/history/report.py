@@ -192,8 +192,8 @@ img { max-width: 100%; display: block; margin: 0.5em 0 1.5em; }
 
 def render(summary: Summary, jobs: DataFrame, minutes: DataFrame, stuck: DataFrame,
            generated: datetime) -> str:
-    """The report page. ``jobs`` is the job view, ``minutes`` the minute state and ``stuck``
-    the stuck view (times in µs)."""
+    """The report page. ``jobs`` is the job view, ``minutes`` the minute view (outcomes
+    counted per job) and ``stuck`` the stuck view (times in µs)."""
     parts = [f"<h1>queueserver job history</h1><p>Generated {generated:%Y-%m-%d %H:%M:%S} UTC "
              f"from {html.escape(summary.out)}.</p>",
              f"<pre>{html.escape(summary.format())}</pre>",

@@ -2,7 +2,7 @@
 
 Every event becomes one *state row* of the same shape as a job's state, and
 state rows are combined only with associative, commutative aggregates
-(min, max, sum, and max of a struct for "the latest"). So the state of all
+(min, max, sum, and min of a struct for "the first"). So the state of all
 events equals the state of yesterday's events merged with today's, in any
 order and any split: an incremental run gives what one run over everything
 gives. Times stay integer microseconds here; tables turn them into
@@ -19,6 +19,9 @@ from .schema import ADDED, EVENTS, FINAL, LEASED, RELEASED, REQUEUED, RETRIED, R
 
 MINUTE_US = 60_000_000
 COUNTED = (LEASED, RETURNED, REQUEUED, RELEASED, RETRIED)
+TAKEN = "taken"
+#: Final events that no later event undoes (a take may be given back: ``returned``).
+ENDS = tuple(event for event in FINAL if event != TAKEN)
 
 
 def _at(event: str) -> F.Column:
@@ -37,8 +40,9 @@ def job_rows(events: DataFrame) -> DataFrame:
         F.col("time").alias("first_seen"), F.col("time").alias("last_seen"),
         _at(LEASED).alias("first_leased"), _at(LEASED).alias("last_leased"),
         _at(RETURNED).alias("last_returned"),
-        F.when(F.col("event").isin(*FINAL), F.struct(
-            "time", F.coalesce("outcome", "event").alias("outcome"))).alias("final"),
+        F.when(F.col("event").isin(*ENDS), F.struct(
+            "time", F.coalesce("outcome", "event").alias("outcome"))).alias("first_end"),
+        _at(TAKEN).alias("last_taken"),
         F.col("attempt").alias("attempts"),
         *[F.when(F.col("event") == e, 1).otherwise(0).cast("long").alias(e) for e in COUNTED])
 
@@ -50,7 +54,8 @@ def merge_jobs(rows: DataFrame) -> DataFrame:
         F.min("first_seen").alias("first_seen"), F.max("last_seen").alias("last_seen"),
         F.min("first_leased").alias("first_leased"), F.max("last_leased").alias("last_leased"),
         F.max("last_returned").alias("last_returned"),
-        F.max("final").alias("final"),   # the latest final event (a "returned" may undo it)
+        F.min("first_end").alias("first_end"),   # a job ends once: later "ends" are drops
+        F.max("last_taken").alias("last_taken"),   # a "returned" after it undoes it
         F.max("attempts").alias("attempts"),
         *[F.sum(e).alias(e) for e in COUNTED])
 

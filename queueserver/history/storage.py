@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 
@@ -31,16 +32,27 @@ class Storage:
     def exists(self, name: str) -> bool:
         return bool(self._fs.exists(self._path(name)))
 
+    def is_file(self, name: str) -> bool:
+        """Whether ``name`` is there and is not a directory."""
+        path = self._path(name)
+        return bool(self._fs.exists(path)) and not self._fs.getFileStatus(path).isDirectory()
+
     def read_text(self, name: str) -> Optional[str]:
-        """The file's text, or None when there is no such file."""
+        """The file's text, or None when there is no such file. :class:`OSError`
+        when it cannot be read: say, a local file whose Hadoop checksum
+        sidecar (``.NAME.crc``) no longer matches it (``ChecksumException``)."""
         path = self._path(name)
         if not self._fs.exists(path):
             return None
-        stream = self._fs.open(path)
         try:
-            return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-        finally:
-            stream.close()
+            stream = self._fs.open(path)
+            try:
+                return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+            finally:
+                stream.close()
+        except Py4JJavaError as err:
+            java = err.java_exception
+            raise OSError(f"{java.getClass().getSimpleName()}: {java.getMessage()}") from None
 
     def write_text(self, name: str, text: str) -> None:
         """Replace the file at once: readers see the old text or the new, never a part."""

@@ -8,7 +8,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from .state import MINUTE_US
+from .schema import EVENTS, FINAL
+from .state import MINUTE_US, TAKEN
 
 DAY_US = 86_400_000_000
 PERCENTILES = (0.5, 0.95, 0.99)
@@ -22,18 +23,21 @@ def _seconds(later: str, earlier: str) -> Column:
 def job_view(state: DataFrame) -> DataFrame:
     """One row per job with the derived values, times still in µs.
 
-    A job is finished when its latest final event is not undone by a later
-    ``returned`` (a take that never reached its client goes back in line)."""
-    final = F.col("final")
-    finished = F.when(final.isNotNull() & (F.col("last_returned").isNull()
-                                           | (final.getField("time") > F.col("last_returned"))),
-                      final.getField("time"))
+    A job's outcome is its first final event: a finished job that the shard
+    kept (for its result) and dropped later has not ended twice (shards
+    before this one wrote that drop as a second final event). A take is the
+    exception: one that never reached its client is given back
+    (``returned``) and the job goes on, so a take ends the job only when no
+    ``returned`` follows the last one."""
+    end, taken, returned = F.col("first_end"), F.col("last_taken"), F.col("last_returned")
+    take_stands = taken.isNotNull() & (returned.isNull() | (taken > returned))
+    finished = F.coalesce(end.getField("time"), F.when(take_stands, taken))
+    outcome = F.when(end.isNotNull(), end.getField("outcome")).when(take_stands, F.lit(TAKEN))
     return (state.select(
         "id", "origin.queue", "origin.protocol", F.col("origin.shard").cast("int").alias("shard"),
         "origin.number", "origin.priority", "origin.size",
         "added", "first_seen", "last_seen", "first_leased", "last_leased",
-        finished.alias("finished"),
-        F.when(finished.isNotNull(), final.getField("outcome")).alias("outcome"),
+        finished.alias("finished"), outcome.alias("outcome"),
         F.col("attempts").cast("int").alias("attempts"),
         F.col("leased").alias("leases"), F.col("returned").alias("returns"),
         F.col("requeued").alias("requeues"), F.col("released").alias("releases"),
@@ -60,8 +64,21 @@ def _minute(name: str) -> Column:
     return F.col(name) - F.pmod(name, F.lit(MINUTE_US))
 
 
+def minute_view(minutes: DataFrame, jobs: DataFrame) -> DataFrame:
+    """The minute state with the final events counted as outcomes: each job
+    once, by its outcome, in the minute it finished (a drop that older shards
+    wrote as a second final event, or a take given back, is no outcome).
+    ``jobs`` is the job view."""
+    outcomes = (jobs.where(F.col("finished").isNotNull())
+                .groupBy("queue", _minute("finished").alias("minute"))
+                .agg(*[F.count_if(F.col("outcome") == o).alias(o) for o in FINAL]))
+    return (minutes.drop(*FINAL).join(outcomes, ["queue", "minute"], "outer")
+            .na.fill(0, list(EVENTS)))
+
+
 def queue_minutes_table(minutes: DataFrame, jobs: DataFrame) -> DataFrame:
-    """Per queue and UTC minute: events counted, and wait/run percentiles of the jobs finished then."""
+    """Per queue and UTC minute: events counted (``minutes`` is the
+    :func:`minute_view`), and wait/run percentiles of the jobs finished then."""
     times = (jobs.where(F.col("finished").isNotNull())
              .groupBy("queue", _minute("finished").alias("minute"))
              .agg(F.percentile_approx("wait_seconds", list(PERCENTILES)).alias("wait"),
