@@ -2,13 +2,15 @@
 
 A Spark Python Data Source (PySpark 4) named ``queueserver``, write-only::
 
-    spark.dataSource.register(QueueDataSource)
+    register(spark)
     (df.write.format("queueserver").mode("append")
        .option("port", 9922).option("queue", "emails").option("keyColumn", "id")
        .save())
 
 or :func:`enqueue_dataframe`, which registers the source, writes, and returns
-the totals.
+the totals. The source's code runs in Spark's Python workers, so their
+Python must have this package: :func:`register` sees to that on a local
+master (see there); elsewhere set ``PYSPARK_PYTHON`` to such a Python.
 
 Idempotent, because Spark runs tasks more than once (a failed or lost task is
 retried, a speculative copy may run beside it, a job may be re-run whole):
@@ -61,9 +63,11 @@ import json
 import logging
 import os
 import re
+import sys
 import tempfile
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
@@ -363,13 +367,41 @@ class QueueDataSource(DataSource):
 
 def register(spark: SparkSession) -> None:
     """Register :class:`QueueDataSource` with ``spark`` unless the session has it
-    (registering again would replace it with a warning)."""
+    (registering again would replace it with a warning).
+
+    Spark starts the source's Python workers with ``PYSPARK_PYTHON``, by
+    default ``python3`` from ``PATH``: with a venv's python run without the
+    venv on ``PATH``, another Python, without this package
+    (``ModuleNotFoundError: queueserver``). On a local master, whose workers
+    run on this host, the source is therefore registered to run in this very
+    interpreter, unless ``PYSPARK_PYTHON`` names one."""
     try:
         known = spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists(NAME)
     except Exception:   # Spark Connect, or the internal API moved: register anyway
         known = False
     if not known:
-        spark.dataSource.register(QueueDataSource)
+        with _local_workers_run_this_python(spark):
+            spark.dataSource.register(QueueDataSource)
+
+
+@contextmanager
+def _local_workers_run_this_python(spark: SparkSession) -> Iterator[None]:
+    """Functions made meanwhile run in this interpreter, on a local master
+    with no ``PYSPARK_PYTHON`` (a registered source keeps the Python it was
+    made with; nothing else changes)."""
+    try:
+        context = spark.sparkContext
+        local = context.master.startswith("local")
+    except Exception:   # Spark Connect: the workers are the server's
+        local = False
+    if not local or "PYSPARK_PYTHON" in os.environ:
+        yield
+        return
+    chosen, context.pythonExec = context.pythonExec, sys.executable
+    try:
+        yield
+    finally:
+        context.pythonExec = chosen
 
 
 def _option_name(name: str) -> str:
