@@ -71,7 +71,8 @@ run: venv
 # default) and with every request forwarded through the router.
 SERVER_TESTS := tests/test_workq_server.py tests/test_text_protocols_server.py \
                 tests/test_binary_protocols_server.py tests/test_protocol_limits_server.py \
-                tests/test_router_limits.py tests/test_fuzz_server.py tests/test_client.py
+                tests/test_router_limits.py tests/test_fuzz_server.py tests/test_client.py \
+                tests/test_half_close.py
 
 test: dev
 	$(BIN)/python -m pytest $(ARGS)

@@ -25,6 +25,7 @@ import stat
 from typing import Optional
 
 from .dirlock import DirectoryBusy, lock_directory
+from .numbers import FILE_NAME as NUMBERS_FILE, NumberFile, NumbersError
 from .store import shard_dir
 
 LAYOUT_FILE = "layout.json"
@@ -186,12 +187,23 @@ class DataDir:
         except DirectoryBusy as err:
             raise LayoutError(str(err)) from None
         try:
+            numbers = self.numbers_file()
+            older = read_layout(self.path) is not None and not os.path.exists(numbers)
             shards = settle_layout(self.path, shards, shards_given)
             check_shard_files(self.path, shards, history)
+            if older:   # written before job numbers came in blocks: each shard says its highest first
+                NumberFile(numbers).start_upgrade(shards)
             return shards
         except LayoutError:
             self.release()
             raise
+        except (NumbersError, OSError) as err:
+            self.release()
+            raise LayoutError(f"data directory {self.path}: {err}") from None
+
+    def numbers_file(self) -> str:
+        """The file of job number blocks (:mod:`queueserver.numbers`)."""
+        return os.path.join(self.path, NUMBERS_FILE)
 
     def shard_dir(self, index: int) -> str:
         return shard_dir(self.path, index)

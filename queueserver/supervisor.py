@@ -32,6 +32,7 @@ from .protocols import DEFAULT_PORTS
 from .datadir import DataDir, LayoutError
 from .dirlock import DirectoryBusy, lock_directory
 from .lifecycle import EXIT_REFUSED, SUPERVISOR_PID
+from .numbers import FILE_NAME as NUMBERS_FILE
 
 log = logging.getLogger("queueserver.supervisor")
 
@@ -140,7 +141,7 @@ class RuntimeDir:
         """Readiness files, ``ports.json``, shard and control sockets: what a run leaves."""
         for name in os.listdir(self.path):
             if name.startswith("ports.json") or name.endswith((".ready", ".refused", ".ctl")) or (
-                    name.startswith("shard-") and name.endswith(".sock")):
+                    name.startswith("shard-") and name.endswith(".sock")) or name == NUMBERS_FILE:
                 try:
                     os.unlink(self.file(name))
                 except FileNotFoundError:
@@ -201,7 +202,7 @@ class Supervisor:
                           + (["--history-dir", self.data.history_dir(i), *config.history_shard_args()]
                              if config.keeps_history else [])
                           + (["--cluster", self.cluster.path, "--node", config.node]
-                             if self.cluster is not None else []))
+                             if self.cluster is not None else ["--numbers", self._numbers_file()]))
                     for i, path in enumerate(sockets)]
         fds = {name: sock.fileno() for name, sock in self.listeners.items()}
         # Every child holds the directories' locks too, so that they stay
@@ -226,11 +227,18 @@ class Supervisor:
             }
             if self.cluster is not None:
                 router_config["cluster"] = {"file": self.cluster.path, "node": config.node}
+            else:
+                router_config["numbers"] = self._numbers_file()
             name = "router" if config.routers == 1 else f"router-{i}"
             children.append(Child(name, [python, "-m", "queueserver.router",
                                          "--config", json.dumps(router_config), "--log-level", level],
                                   pass_fds=tuple(fds.values()) + locks))
         return children
+
+    def _numbers_file(self) -> str:
+        """Where the shards take blocks of job numbers: the data directory's
+        file, or (jobs in memory only) a fresh one in the runtime directory."""
+        return self.data.numbers_file() if self.data is not None else self.runtime.file(NUMBERS_FILE)
 
     def _join_cluster(self) -> None:
         """Take this node's shards, addresses and ports from the cluster file
@@ -329,7 +337,8 @@ class Supervisor:
             if self.data is not None:
                 try:
                     self.config.shards = self.data.acquire(self.config.shards,
-                                                           "shards" in self.config.explicit)
+                                                           "shards" in self.config.explicit,
+                                                           history=self.config.keeps_history)
                 except (LayoutError, OSError) as err:
                     raise StartupError(str(err)) from None
                 log.info("data directory %s, fsync %s", self.data.path, self.config.fsync)

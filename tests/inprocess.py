@@ -200,12 +200,18 @@ def _close_hangup_watch(watch) -> None:
     watch._epoll.close()
 
 
+def numbers_file(socket_path: str) -> str:
+    """The file of job number blocks beside a shard's socket, as the supervisor puts it."""
+    return os.path.join(os.path.dirname(socket_path), "numbers")
+
+
 class ServedShard:
     """A real :class:`Shard` serving in this process, as ``queueserver.shard`` runs one."""
 
     def __init__(self, index: int, path: str, shards: int = 1, direct_path: bool = False) -> None:
         self.index, self.path, self.shards, self.direct_path = index, path, shards, direct_path
-        self.shard: Optional[Shard] = Shard(index, path, shards=shards, direct_path=direct_path)
+        self.shard: Optional[Shard] = Shard(index, path, shards=shards, direct_path=direct_path,
+                                            numbers=numbers_file(path))
         self.greenlet = gevent.spawn(self.shard.serve)
         eventually(lambda: os.path.exists(path), f"shard {index} to listen")
 
@@ -359,7 +365,7 @@ class Cluster:
         self.paths = [os.path.join(rundir, f"shard-{i}.sock") for i in range(shards)]
         self.shards = [ServedShard(i, path, shards, shard_direct_path) for i, path in enumerate(self.paths)]
         # What queueserver.router's main does with the supervisor's config.
-        self.router = Router(self.paths, direct_path=direct_path)
+        self.router = Router(self.paths, direct_path=direct_path, numbers=numbers_file(self.paths[0]))
         handoffs = direct_path and shard_direct_path
         eventually(lambda: all(link.up and (link.handoff is not None or not handoffs)
                                for link in self.router.links), "the router's links to come up")

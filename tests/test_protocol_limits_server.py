@@ -140,7 +140,10 @@ def test_taskflux_data_limit(server, limit):
         w.close()
 
 
-def test_workq_refused_block_command_answers_once(server):
+def test_workq_refused_block_command_answers_once_per_line(server):
+    """The wrong argument count leaves no size to read: the line is answered
+    at once and its would-be block is a line of its own, as the protocol
+    decisions say; the connection stays in step."""
     w = wire(server, "workq", Wire)
     try:
         q = qname()
@@ -149,6 +152,7 @@ def test_workq_refused_block_command_answers_once(server):
                     f"complete {new_id()} x 4\r\npong\r\n"):
             w.send(bad.encode() + f"inspect queue {q}\r\n".encode())
             assert w.reply() == b"-CLIENT-ERROR Invalid command args\r\n"
+            assert w.reply() == b"-CLIENT-ERROR Unknown command\r\n"
             assert w.reply() in (b"-NOT-FOUND\r\n",
                                  f"+OK 1\r\n{q} 2\r\nready-len 0\r\nscheduled-len 0\r\n".encode())
     finally:

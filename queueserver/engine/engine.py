@@ -126,6 +126,10 @@ class Engine:
         self._lessee: Any = None    # the token of the request the lease under way goes to
         self.evicted = 0
         self.last_number = 0
+        #: ``[next, end)`` of the block this shard numbers jobs from (None:
+        #: numbers of its own residue class, as in a cluster); the shell
+        #: gives a fresh block before a request that needs one
+        self.block: Optional[List[int]] = None
         #: in a cluster: the slots this shard serves and gives away (None: one host)
         self.slots: Optional[SlotOwnership] = None
 
@@ -448,11 +452,28 @@ class Engine:
         return queue
 
     def _new_number(self) -> int:
-        """The next job number of this shard's residue class (shard ``i`` of
-        ``n`` makes ``i + 1``, ``i + 1 + n``, ...): numbers are unique across
-        shards, start at 1, and tell which shard made them."""
-        number = self.last_number + 1
-        return number + (self.shard + 1 - number) % self.shards
+        """The next job number: from this shard's block of the server's one
+        counter (:mod:`queueserver.numbers`), or without blocks the next of
+        its residue class (shard ``i`` of ``n`` makes ``i + 1``, ``i + 1 +
+        n``, ...). Either way unique across shards, starting at 1."""
+        block = self.block
+        if block is None:
+            number = self.last_number + 1
+            return number + (self.shard + 1 - number) % self.shards
+        number = block[0]
+        if number >= block[1]:
+            raise server_error("No job numbers left; try again")
+        block[0] = number + 1
+        return number
+
+    def needs_numbers(self) -> bool:
+        """Whether a request that makes a job needs a fresh block first."""
+        block = self.block
+        return block is not None and block[0] >= block[1]
+
+    def give_numbers(self, start: int, end: int) -> None:
+        """Number jobs from ``start`` up to ``end`` (exclusive) from now on."""
+        self.block = [start, end]
 
     def _admit(self, name: str) -> None:
         """Make room for queue ``name`` if it does not exist yet: at the cap,

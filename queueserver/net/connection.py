@@ -16,18 +16,40 @@ largest answer they may bring (see :func:`reply_budget`), answers count
 until the kernel took them. Past ``max_outstanding_bytes`` (or
 :data:`MAX_UNANSWERED` requests) decoded requests are held back and the
 socket is no longer read, so a client that pipelines without reading
-stalls itself, not the others. While a connection is not read, the server
-still watches it for a hang-up (``EPOLLRDHUP``), so a client that leaves is
-noticed at once. When the client goes, parked requests are withdrawn, any
-job leased to it in the meantime is given back, and the server ends what
-ends with the connection (goqueue's reservations).
+stalls itself, not the others.
+
+The end of a client's input (its FIN) is not the end of the connection: a
+client may shut down its writing side and still read (``nc -N``, a script
+that sends its requests and then waits for the answers). Every request read
+before the FIN is executed and answered, in order, and the connection
+closes once the last answer has left. Only a reset or a failed write ends
+it sooner. A request that would wait (a blocking lease, ``result``,
+``run``) stops waiting at the FIN and is answered as its timeout would
+answer it: a client that sends nothing more is not kept waiting for, as
+most clients that close are gone.
+
+A job handed over (a lease, or a dequeue with no acknowledgement to come)
+counts as delivered once the client's kernel has acknowledged the bytes of
+its answer (``tcpi_bytes_acked``). A client that closed for good cannot be
+told from one that only stopped writing, and its FIN may cross an answer
+already on its way: if the connection ends (reset, or closed after its FIN
+with the answer unacknowledged for :data:`LINGER_SECONDS`), every job whose
+answer the client's kernel did not acknowledge is given back, at its place.
+
+When the client goes, parked requests are withdrawn, any job leased to it
+in the meantime is given back, and the server ends what ends with the
+connection (goqueue's reservations).
 """
 from __future__ import annotations
 
+import fcntl
 import logging
 import socket
+import struct
+import termios
+import time
 from collections import deque
-from typing import Any, Optional
+from typing import Any, Deque, Optional, Tuple
 
 import gevent
 
@@ -40,6 +62,11 @@ log = logging.getLogger("queueserver.connection")
 
 MAX_UNANSWERED = 4096           # requests in flight before reading pauses
 LINGER_SECONDS = 2.0            # how long a closing connection waits for its last reply to leave
+ACK_POLL = 0.005                # seconds between checks that the last answers were acknowledged
+PRUNE_DELIVERIES = 32           # deliveries remembered before asking the kernel which were acknowledged
+_TCP_CLOSE = 7                  # tcp_info.tcpi_state of a connection that was reset
+_BYTES_ACKED = struct.Struct("<Q")   # tcp_info.tcpi_bytes_acked, at byte 120 (Linux 4.1+)
+_BYTES_ACKED_AT = 120
 SMALL_REPLY = 256               # budget of an answer that carries no payload
 QUEUE_ENTRY = 300               # budget of one queue in an ``inspect queues`` answer
 
@@ -86,7 +113,7 @@ class Slot:
     """A request's place in the answer order; the server answers it through
     :meth:`answer` (a bound method costs less than a closure per request)."""
 
-    __slots__ = ("connection", "command", "data", "close", "pending", "budget", "executing")
+    __slots__ = ("connection", "command", "data", "close", "pending", "budget", "executing", "delivery")
 
     def __init__(self, connection: "ClientConnection", command: Command, budget: int) -> None:
         self.connection = connection
@@ -96,18 +123,15 @@ class Slot:
         self.pending: Any = None   # what to withdraw if the client leaves
         self.budget = budget       # bytes counted against the connection until answered
         self.executing = True      # an answer given now follows the request's own read
+        self.delivery: Optional[Reply] = None   # a job handed over: given back unless acknowledged
 
     def answer(self, reply: Reply) -> None:
         connection, command = self.connection, self.command
-        if (not self.executing and not connection._gone and command.op in _DELIVERIES
-                and reply[0] == OK and connection._at_eof()):
-            # An answer that comes later than its request (a parked lease,
-            # a shard's reply): the client's FIN may be here, unread; do
-            # not hand the job to a closed socket.
-            connection._lost()
         if connection._gone:
             connection.server.abandoned(command, reply)
             return
+        if reply[0] == OK and command.op in _DELIVERIES:
+            self.delivery = reply
         self.pending = None
         try:
             data = command.render(reply)
@@ -140,6 +164,15 @@ class ClientConnection:
         self.held: deque = deque()  # decoded requests waiting for room (or for a move)
         self.closed = False        # no more requests are taken from this client
         self._gone = False
+        self._eof = False          # the client's input has ended: nothing more is read
+        self._fin = False          # its FIN is known (read, or seen behind unread requests)
+        #: jobs handed over whose answers may not be acknowledged yet: (the
+        #: socket's byte offset where the answer ends, command, reply)
+        self._deliveries: Deque[Tuple[int, Command, Reply]] = deque()
+        self._written = 0          # bytes this process gave the writer
+        self._written_before = 0   # bytes written to the socket before it came here
+        self._ack_deadline = 0.0
+        self._ack_timer: Any = None
         self._paused = False
         self._progressing = False
         self._budget = 0           # bytes: requests in flight and answers not yet sent
@@ -163,6 +196,8 @@ class ClientConnection:
 
     def start(self, unread: bytes = b"") -> None:
         """Serve the connection, first ``unread`` bytes received elsewhere."""
+        if self.moves:   # what other processes wrote counts in the socket's acknowledged bytes
+            self._written_before = self._bytes_acked() + self._unacknowledged()
         self._watcher.start(self._readable)
         if unread:
             self._received(unread)
@@ -178,7 +213,10 @@ class ClientConnection:
             self._lost()
             return
         if not data:
-            self._lost()
+            if self.closed:
+                self._lost()          # lingering after a closing reply: the client is done
+            else:
+                self._end_of_input()
             return
         _TRAFFIC[RECEIVED] += len(data)
         if self.closed:
@@ -213,7 +251,7 @@ class ClientConnection:
                                   and self._budget + queued < self._limit)
 
     def _pause(self) -> None:
-        """Stop reading; keep watching for the client hanging up."""
+        """Stop reading; keep watching for the client hanging up (until its FIN is known)."""
         if not self._paused:
             self._paused = True
             self._watcher.stop()
@@ -222,6 +260,8 @@ class ClientConnection:
     def _progress(self) -> None:
         """Answers left or went out: execute held requests, maybe read again."""
         if not (self.held or self._paused) or self._progressing or self.closed:
+            if self._eof:
+                self._finish_if_done()
             return   # nothing waits (the common case)
         self._progressing = True
         held = self.held
@@ -241,23 +281,115 @@ class ClientConnection:
                 and self._budget + self.writer.queued <= self._limit // 2:
             self._paused = False
             self.server.hangups.unwatch(self._fd)
-            self._watcher.start(self._readable)
+            if not self._eof:
+                self._watcher.start(self._readable)
+        if self._eof:
+            self._finish_if_done()
 
-    def _at_eof(self) -> bool:
-        """Whether all the client sent has been read and its FIN has come
-        (one peek; with more requests waiting, the client is taken as there)."""
-        try:
-            return self._raw.recv(1, socket.MSG_PEEK) == b""
-        except BlockingIOError:
+    def hung_up(self, reset: bool) -> None:
+        """The server saw the paused client's FIN (or, ``reset``, its reset).
+        A FIN ends only its input: what it sent before is still read and
+        answered once the connection is read again."""
+        if self._debug:
+            log.debug("connection %d %s while not being read", self.id, "was reset" if reset else "sent FIN")
+        if reset:
+            self._lost()
+            return
+        self.server.hangups.unwatch(self._fd)   # its FIN stays: watching it would wake us for ever
+        self._fin = True
+        self._cut_short()
+
+    def _cut_short(self) -> None:
+        """The client sent its FIN: requests still waiting stop waiting (their answers still come)."""
+        for slot in list(self.slots):
+            if slot.pending is not None:
+                self.server.cut_short(slot.pending)
+
+    def _end_of_input(self) -> None:
+        """The client sent all it will send: answer the rest, then close."""
+        self._eof = self._fin = True
+        self._watcher.stop()
+        if self._debug:
+            log.debug("connection %d: end of input; %d requests to answer", self.id,
+                      len(self.slots) + len(self.held))
+        if not self._finish_if_done():
+            self._cut_short()
+
+    def _finish_if_done(self) -> bool:
+        """After the end of input: close once every answer has left and the
+        client's kernel acknowledged the jobs handed over (or the connection
+        was reset: they go back); True if it closed."""
+        if not self._eof or self._gone or self.slots or self.held or self.writer.queued:
             return False
+        if self._unacknowledged_deliveries():
+            if self._ack_timer is None:
+                self._ack_deadline = time.monotonic() + LINGER_SECONDS
+            if time.monotonic() < self._ack_deadline:
+                self._ack_timer = gevent.get_hub().loop.timer(ACK_POLL)
+                self._ack_timer.start(self._ack_check)
+                return False
+            log.info("connection %d: %d answers handing over jobs were not acknowledged in %.0f s "
+                     "after the client's FIN; giving the jobs back", self.id, len(self._deliveries),
+                     LINGER_SECONDS)
+        self._lost()
+        return True
+
+    def _ack_check(self) -> None:
+        self._ack_timer.stop()
+        self._finish_if_done()
+
+    def _acknowledged_or_not(self) -> None:
+        """A held request waits for acknowledgements to move: try again."""
+        self._ack_timer.stop()
+        if not self._gone:
+            self._progress()
+
+    def _unacknowledged_deliveries(self) -> bool:
+        """Whether jobs handed over still wait for the client's kernel to
+        acknowledge them; on a connection that was reset, they never will:
+        they go back now."""
+        if self._deliveries:
+            self._prune_deliveries()
+            if self._deliveries and self._reset():
+                self._give_back_deliveries()
+        return bool(self._deliveries)
+
+    def _give_back_deliveries(self) -> None:
+        deliveries, self._deliveries = self._deliveries, deque()
+        for _, command, reply in deliveries:
+            self.server.abandoned(command, reply)
+
+    def _reset(self) -> bool:
+        """Whether the peer reset the connection (an error is pending, or it is closed)."""
+        raw = self._raw
+        try:
+            if raw.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                return True
+            return raw.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] == _TCP_CLOSE
         except OSError:
             return True
 
-    def hung_up(self) -> None:
-        """The server saw the paused client hang up."""
-        if self._debug:
-            log.debug("connection %d hung up while not being read", self.id)
-        self._lost()
+    def _bytes_acked(self) -> int:
+        """Bytes of this socket the peer's kernel has acknowledged (0 if unknown)."""
+        try:
+            info = self._raw.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _BYTES_ACKED_AT + 8)
+        except OSError:
+            return 0
+        return _BYTES_ACKED.unpack_from(info, _BYTES_ACKED_AT)[0] if len(info) >= _BYTES_ACKED_AT + 8 else 0
+
+    def _prune_deliveries(self) -> None:
+        """Forget deliveries whose answers the client's kernel acknowledged."""
+        acked = self._bytes_acked()
+        deliveries = self._deliveries
+        while deliveries and deliveries[0][0] <= acked:
+            deliveries.popleft()
+
+    def _unacknowledged(self) -> int:
+        """Bytes sent that the peer has not acknowledged yet (SIOCOUTQ)."""
+        try:
+            return int.from_bytes(fcntl.ioctl(self._fd, termios.TIOCOUTQ, b"\0\0\0\0"), "little")
+        except OSError:
+            return 0
 
     # ----------------------------------------------------------- answering
     def _dispatch(self, command: Command) -> bool:
@@ -271,12 +403,19 @@ class ClientConnection:
             return self.closed
         placement = self.server.placement(self, command)
         if placement != SERVE:
-            if not self.slots and not self.writer.queued:
+            # It moves once nothing of it is in flight or unsent, and every
+            # job handed over is acknowledged (only this process could give
+            # such a job back if the client vanished).
+            if not self.slots and not self.writer.queued and not self._unacknowledged_deliveries():
                 self._move(command)     # what follows it moves along, unread
                 return True
             if placement == MUST_MOVE:
                 self.held.appendleft(command)   # moves once what is in flight is answered
                 self._pause()
+                if not self.slots and not self.writer.queued and (
+                        self._ack_timer is None or not self._ack_timer.active):   # only acknowledgements to wait for
+                    self._ack_timer = gevent.get_hub().loop.timer(ACK_POLL)
+                    self._ack_timer.start(self._acknowledged_or_not)
                 return False
         budget = reply_budget(command, self._max_payload)
         slot = Slot(self, command, budget)
@@ -286,6 +425,8 @@ class ClientConnection:
             log.debug("connection %d: %s %r", self.id, command.op, command.key)
         slot.pending = self.server.execute(self, command, slot.answer)
         slot.executing = False
+        if self._fin and slot.pending is not None:   # held until after the client's FIN: no waiting
+            self.server.cut_short(slot.pending)
         return self.closed
 
     def _flush(self) -> None:
@@ -293,13 +434,24 @@ class ClientConnection:
         while slots and slots[0].data is not None:
             slot = slots.popleft()
             self._budget -= slot.budget
-            self.writer.write(slot.data)
-            _TRAFFIC[SENT] += len(slot.data)
+            data = slot.data
+            self.writer.write(data)
+            self._written += len(data)
+            _TRAFFIC[SENT] += len(data)
+            if slot.delivery is not None:
+                self._delivered(slot)
             if slot.close:
                 self._close_after_reply()
                 return
         if self.held or self._paused:
             self._progress()
+
+    def _delivered(self, slot: Slot) -> None:
+        """A job's answer is on its way: remember it until acknowledged."""
+        deliveries = self._deliveries
+        deliveries.append((self._written_before + self._written, slot.command, slot.delivery))
+        if len(deliveries) > PRUNE_DELIVERIES:
+            self._prune_deliveries()
 
     def _move(self, command: Command) -> None:
         """Hand the socket, from ``command`` on, to the process the server
@@ -354,14 +506,20 @@ class ClientConnection:
             self.server.hangups.unwatch(self._fd)
         if self._linger_timer is not None:
             self._linger_timer.stop()
+        if self._ack_timer is not None:
+            self._ack_timer.stop()
+            self._ack_timer = None
         self.writer.kill()
 
     def _lost(self) -> None:
         """The client is gone (or its closing reply has left): let go of it."""
         if self._gone:
             return
+        if self._deliveries:   # jobs whose answers the client's kernel never acknowledged go back
+            self._prune_deliveries()
         self._detach()
         self._withdraw()
+        self._give_back_deliveries()
         self.server.client_left(self)
         try:
             self.sock.close()

@@ -3,7 +3,7 @@
 A connection whose client pipelines without reading is no longer read, so
 its end of file would go unseen behind the unread requests. One epoll set
 per process, registered for ``EPOLLRDHUP`` only and watched by the event
-loop, tells the moment such a client hangs up.
+loop, tells the moment such a client sends its FIN or resets.
 """
 from __future__ import annotations
 
@@ -11,15 +11,6 @@ import select
 from typing import Any, Dict
 
 import gevent
-
-
-def hung_up(fd: int) -> bool:
-    """Whether the peer of socket ``fd`` has closed or shut down its side
-    (its FIN has arrived, though nobody has read up to it yet)."""
-    poller = select.poll()
-    poller.register(fd, select.POLLRDHUP)
-    return any(events & (select.POLLRDHUP | select.POLLHUP | select.POLLERR)
-               for _, events in poller.poll(0))
 
 
 class HangupWatch:
@@ -30,7 +21,8 @@ class HangupWatch:
         self._watcher.start(self._ready)
 
     def watch(self, fd: int, connection: Any) -> None:
-        """Call ``connection.hung_up()`` when the peer of ``fd`` hangs up."""
+        """Call ``connection.hung_up(reset)`` when the peer of ``fd`` sends its
+        FIN (``reset`` False: it may still read) or resets the connection."""
         self._watched[fd] = connection
         self._epoll.register(fd, select.EPOLLRDHUP)
 
@@ -42,12 +34,12 @@ class HangupWatch:
                 pass
 
     def _ready(self) -> None:
-        for fd, _ in self._epoll.poll(0):
+        for fd, events in self._epoll.poll(0):
             connection = self._watched.get(fd)
             if connection is None:
                 self.unwatch(fd)
             else:
-                connection.hung_up()
+                connection.hung_up(bool(events & (select.EPOLLERR | select.EPOLLHUP)))
 
     def stop(self) -> None:
         self._watcher.stop()

@@ -18,8 +18,9 @@ A twin costs speed (the id whose entry left with its twin's is unknown, so
 asked of every shard), or, for an id a shard made an instant before the
 directory heard of it, a lookup sent to the twin's shard only.
 
-Job numbers (goqueue's ids) are not kept at all: a delete by number asks
-every shard, and only the owner answers.
+Job numbers (goqueue's ids) are not kept here: the shards take them in
+blocks, and the block table says which shard made a number
+(:mod:`queueserver.numbers`).
 """
 from __future__ import annotations
 
@@ -54,8 +55,8 @@ def _aligned(bucket: bytes, prefix: bytes, i: int) -> int:
 
 
 class JobDirectory:
-    """Where each job id lives. (Job numbers are made by the shards, each of
-    its own residue class, so the directory keeps none.)"""
+    """Where each job id lives. (Job numbers are found by their block:
+    :mod:`queueserver.numbers`.)"""
 
     __slots__ = ("_buckets", "_count")
 

@@ -53,6 +53,9 @@ class Gather:
         """The client left: nothing is parked, so just skip the merge."""
         self._callback = None
 
+    def expire(self) -> None:
+        """Nothing waits: the answers come as they are."""
+
 
 class FirstFound:
     """Ask every shard about one job; answer with the owner's reply.
@@ -92,8 +95,12 @@ class FirstFound:
     def abandon(self) -> None:
         if self._callback is not None:
             self._callback = None
-            for link, req_id in self._asked:
-                link.cancel(req_id)
+            self.expire()
+
+    def expire(self) -> None:
+        """End any wait now; the answers (the owner's, as its timeout gives it) still come."""
+        for link, req_id in self._asked:
+            link.cancel(req_id)
 
 
 class SpreadLease:
@@ -109,6 +116,7 @@ class SpreadLease:
         self._waiting = len(groups)
         self._errors: List[Reply] = []
         self._moved: Optional[Reply] = None
+        self._expired = False   # the client sent its FIN: no waiting for a job
         for link, names in groups.items():
             link.call("lease", [names, 0], self._make_probe(link), self._slots.get(link))
 
@@ -141,7 +149,7 @@ class SpreadLease:
             for link, reply in rest:
                 give_back(link, reply)
             self._finish(best)
-        elif self._timeout == 0 or len(self._errors) == len(self._groups):
+        elif self._timeout == 0 or self._expired or len(self._errors) == len(self._groups):
             self._finish(self._errors[0] if self._errors else [TIMEOUT, ""])
         else:
             self._waiting = len(self._groups)
@@ -181,4 +189,10 @@ class SpreadLease:
         if self._callback is None:
             return
         self._callback = None
+        self._cancel_parked()
+
+    def expire(self) -> None:
+        """Stop waiting for a job: a job ready now is still taken, else the
+        answer is TIMEOUT once every parked lease has answered."""
+        self._expired = True
         self._cancel_parked()

@@ -50,6 +50,7 @@ from .directory import SHARED, JobDirectory
 from .fanout import FirstFound, Gather, SpreadLease, ignore
 from ..lifecycle import die_with_supervisor, setup_logging, stop_event
 from .shardlink import ShardLink
+from ..numbers import NumberFile
 
 log = logging.getLogger("queueserver.router")
 
@@ -77,7 +78,7 @@ class Router:
     def __init__(self, socket_paths: List[Any], options: Optional[Dict[str, Any]] = None,
                  index: int = 0, routers: int = 1, limits: Optional[Dict[str, int]] = None,
                  direct_path: bool = False, history: bool = False,
-                 auth: Optional[Tuple[bytes, Any]] = None) -> None:
+                 auth: Optional[Tuple[bytes, Any]] = None, numbers: Optional[str] = None) -> None:
         self.options = options or {}
         self.history = history
         #: the client behind the request being routed, when shards keep a history
@@ -96,6 +97,8 @@ class Router:
         self.max_payload = max((o.get("max_payload", DEFAULT_MAX_PAYLOAD) for o in self.options.values()),
                                default=DEFAULT_MAX_PAYLOAD)
         self.directory = JobDirectory()
+        #: which shard made each job number (None: numbers of each shard's residue class)
+        self.numbers = NumberFile(numbers) if numbers is not None else None
         handoffs = (self._moved_back, self._gone) if direct_path else None
         self.links = [ShardLink(i, path, self._shard_event, self._shard_down, self._link_up, handoffs,
                                 self._context, auth)
@@ -354,9 +357,8 @@ class Router:
                 return FirstFound(self.links, command.op, command.args, callback)
             link = self.links[shard]
             return link, link.call(command.op, command.args, callback)
-        if route == BY_NUMBER:   # shards make numbers of their own residue
-            link = self.links[(command.key - 1) % len(self.links)]
-            return link, link.call(command.op, command.args, callback)
+        if route == BY_NUMBER:
+            return self._by_number(command, callback)
         if route == BY_NAMES:
             groups: Dict[ShardLink, List[str]] = {}
             for name in command.key:
@@ -369,6 +371,23 @@ class Router:
             return Gather(self.links, command.op, command.args,
                           self._mergers[command.op](self, command.args), callback)
         raise ValueError(f"unroutable command {command!r}")
+
+    def _by_number(self, command: Command, callback: Callable[[Reply], None]) -> Any:
+        """A job named by its number (goqueue): to the shard whose block holds
+        it; one made before blocks is asked of every shard; one no block
+        holds was never made."""
+        number, numbers = command.key, self.numbers
+        if numbers is None:   # shards make numbers of their own residue
+            link = self.links[(number - 1) % len(self.links)]
+            return link, link.call(command.op, command.args, callback)
+        if numbers.is_old(number):
+            return FirstFound(self.links, command.op, command.args, callback)
+        shard = numbers.owner(number)
+        if shard is None or shard >= len(self.links):
+            callback([NOT_FOUND, ""])
+            return None
+        link = self.links[shard]
+        return link, link.call(command.op, command.args, callback)
 
     def _create(self, command: Command, link: ShardLink, callback: Callable[[Reply], None],
                 slot: Optional[int] = None) -> Any:
@@ -417,6 +436,15 @@ class Router:
             link.cancel(req_id)
         else:
             pending.abandon()
+
+    def cut_short(self, pending: Any) -> None:
+        """The client sent its FIN: a request still waiting stops waiting and
+        is answered as its timeout would answer it (its answer still comes)."""
+        if isinstance(pending, tuple):
+            link, req_id = pending
+            link.cancel(req_id)
+        else:
+            pending.expire()
 
     def abandoned(self, command: Command, reply: Reply) -> None:
         """An answer reached a client that had left: give back a job it leased
@@ -503,7 +531,7 @@ def main(argv=None) -> None:
         from .clusterrouter import ClusterRouter
         router = ClusterRouter.from_config(config["cluster"], config["sockets"], *arguments)
     else:
-        router = Router(config["sockets"], *arguments)
+        router = Router(config["sockets"], *arguments, numbers=config.get("numbers"))
     with gevent.Timeout(config.get("connect_timeout", 10), False):
         while not all(link.up for link in router.links if link.local):
             gevent.sleep(0.02)

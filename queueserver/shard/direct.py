@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 import uuid
-from typing import Any, Callable, Dict, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from gevent import socket
 
@@ -21,7 +21,7 @@ from ..engine.status import Reply
 from ..engine.views import undo_delivery
 from ..net.connection import MUST_MOVE, SERVE, ClientConnection
 from ..net.handoff import Gone, HandoffChannel, Move
-from ..net.hangups import HangupWatch, hung_up
+from ..net.hangups import HangupWatch
 from ..protocols import codec_class
 from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command
 
@@ -43,22 +43,19 @@ class DirectServer:
         self._requests = itertools.count(1)
         #: connection id -> (the handoff socket it came by, its router's index, its codec options)
         self._homes: Dict[int, Tuple[HandoffChannel, int, Dict[str, Any]]] = {}
-        #: connections whose client had hung up when they arrived
-        self._hung_up: Set[int] = set()
 
     # ------------------------------------------------------------ arriving
     def arrived(self, channel: HandoffChannel, fd: int, move: Move) -> None:
         """A router handed over a connection: serve it from its first unread
-        byte. If its client has hung up meanwhile, what it sent before is
-        still executed (as a router that read it would have), but a job
-        handed to it is given back at once: nobody is there to work on it."""
+        byte. If its client's FIN came meanwhile, what it sent before is
+        still executed and answered (as a router that read it would have);
+        a job handed to a client that is gone comes back (see
+        :mod:`queueserver.net.connection`)."""
         sock = socket.socket(fileno=fd)
         codec = codec_class(move.protocol)(**move.options)
         codec.restore(move.state)
         connection = ClientConnection(self, sock, codec, move.protocol, None, move.limits, move.origin)
         connection.moves = move.moves
-        if hung_up(fd):
-            self._hung_up.add(connection.id)
         self._homes[connection.id] = (channel, move.router, move.options)
         self.clients += 1
         connection.start(move.unread)
@@ -79,9 +76,8 @@ class DirectServer:
             return all(shard.serves(name) for name in key)
         if route == BY_ID:
             return key in self.engine.jobs
-        if route == BY_NUMBER:   # in a cluster, a job may have come from the shard its number names
-            return (key - 1) % shard.shards == shard.index and (
-                shard.cluster is None or self.engine.has_number(key))
+        if route == BY_NUMBER:
+            return shard.makes(key)
         return False
 
     def execute(self, connection: ClientConnection, command: Command,
@@ -101,8 +97,6 @@ class DirectServer:
         if reply is None:
             self._callbacks[token] = callback
             return token
-        if self._hung_up and connection.id in self._hung_up:
-            self.abandoned(command, reply)
         self.shard.answer(callback, reply)
         return None
 
@@ -125,6 +119,10 @@ class DirectServer:
         self.shard.execute("cancel", (token,))
         self.shard.schedule_after_batch()
 
+    #: the client's FIN: its parked request is answered at once, as its
+    #: timeout would answer it, and the answer is delivered (see withdraw)
+    cut_short = withdraw
+
     def abandoned(self, command: Command, reply: Reply) -> None:
         """An answer reached a client that had left: give back the job."""
         undo = undo_delivery(command.op, reply)
@@ -140,7 +138,6 @@ class DirectServer:
 
     def client_left(self, connection: ClientConnection) -> None:
         self.clients -= 1
-        self._hung_up.discard(connection.id)
         home = self._homes.pop(connection.id, None)
         if home is not None:
             try:
@@ -153,7 +150,6 @@ class DirectServer:
         """Hand ``connection`` back to its router, from ``command`` on."""
         home = self._homes.pop(connection.id, None)
         self.clients -= 1
-        self._hung_up.discard(connection.id)
         if home is None:
             return False
         channel, router, options = home

@@ -46,6 +46,7 @@ from ..cluster.clusterfile import load_cluster
 from ..net import linkauth
 from ..cluster.slots import MAX_SHARDS, from_ranges, slot_of
 from ..sharding import shard_for
+from ..numbers import Blocks, NumberFile, NumbersError
 from ..lifecycle import die_with_supervisor, setup_logging, stop_event
 
 log = logging.getLogger("queueserver.shard")
@@ -63,7 +64,7 @@ class Shard:
                  data_dir: Optional[str] = None, fsync: str = "always",
                  fsync_interval: float = 1000.0, compact_after_bytes: int = 64 << 20,
                  history_dir: Optional[str] = None, cluster: Optional[ShardInCluster] = None,
-                 history_retention: Optional[dict] = None) -> None:
+                 history_retention: Optional[dict] = None, numbers: Optional[str] = None) -> None:
         #: in a cluster: its TCP links and its slots (None: one host)
         self.cluster = cluster
         if cluster is not None:   # known by its ordinal; numbers stride over any cluster's shards
@@ -94,6 +95,12 @@ class Shard:
         if history_dir is not None:
             self.history = HistoryWriter(history_dir, index, **(history_retention or {}))
             self.engine.history = True
+        #: where this shard takes blocks of job numbers (None: its residue class, as in a cluster)
+        self.blocks: Optional[Blocks] = None
+        if numbers is not None and cluster is None:
+            self.blocks = Blocks(NumberFile(numbers, durable=data_dir is not None), index)
+            self.engine.give_numbers(0, 0)   # the first job that needs one takes a block
+        self._numbers_refused = 0.0
         self.direct = DirectServer(self)
         self.stats = ShardStats(self.index)   # /metrics: counts once attached, after recovery
         self._ids = itertools.count(1)
@@ -114,6 +121,10 @@ class Shard:
         client's (protocol, connection), for the history."""
         if self.stopping:   # the log may be closing: change nothing
             return [SERVER_ERROR, "Shard is stopping"]
+        if op in _NUMBERED and self.engine.needs_numbers():
+            refused = self._take_numbers()
+            if refused is not None:
+                return refused
         if self.durability is not None:
             refused = self.durability.refusal(op)
             if refused is not None:
@@ -127,6 +138,29 @@ class Shard:
             if fx.history:
                 self.history.record(fx.history, now, context, self._lessee(token, context))
         return fx.reply
+
+    def _take_numbers(self) -> Optional[Reply]:
+        """A fresh block of job numbers, before a request that makes a job;
+        the request's error when none can be had."""
+        try:
+            self.engine.give_numbers(*self.blocks.take(self.engine.last_number))
+        except (NumbersError, OSError) as err:
+            now = time.monotonic()
+            if now - self._numbers_refused > 10:
+                self._numbers_refused = now
+                log.error("shard %d cannot take job numbers: %s", self.index, err)
+            return [SERVER_ERROR, "Cannot number jobs now; try again"]
+        return None
+
+    def makes(self, number: int) -> bool:
+        """Whether job ``number`` would be here (a goqueue DELETE served directly)."""
+        blocks = self.blocks
+        if blocks is None:   # numbers of this shard's residue class; in a cluster, maybe moved here
+            return (number - 1) % self.shards == self.index and (
+                self.cluster is None or self.engine.has_number(number))
+        if blocks.numbers.is_old(number):
+            return self.engine.has_number(number)
+        return blocks.numbers.owner(number) == self.index
 
     def _lessee(self, token, context: Context):
         contexts = self._contexts
@@ -166,6 +200,9 @@ class Shard:
         finally:
             gc.enable()
         gc.freeze()
+        if self.blocks is not None and self.blocks.numbers.upgrading():
+            # an older data directory: say the highest number made here before blocks
+            self.blocks.numbers.raise_floor(self.engine.last_number, self.index)
         now = now_us()
         fx = self.engine.recovered(now)
         self._take(fx)
@@ -430,6 +467,9 @@ class Shard:
             self._after_batch()
 
 
+#: requests that make a job, and so a job number
+_NUMBERED = frozenset(("add", "run"))
+
 #: requests of the ``cluster`` command and of routers about slots
 _CLUSTER_OPS = frozenset(("slots", "move_out", "move_in", "move_done"))
 
@@ -459,6 +499,9 @@ def main(argv=None) -> None:
                         help="count nothing for /metrics (spares the per-event hooks)")
     parser.add_argument("--cluster", metavar="FILE", help="the cluster file (with --node)")
     parser.add_argument("--node", metavar="NAME", help="this shard's node in the cluster file")
+    parser.add_argument("--numbers", metavar="FILE",
+                        help="the server's file of job number blocks (default: numbers of this "
+                             "shard's residue class)")
     parser.add_argument("--history-dir", metavar="DIR",
                         help="write the job history (JSON Lines) here (default: none)")
     parser.add_argument("--history-max-bytes", type=int, metavar="BYTES",
@@ -481,7 +524,7 @@ def main(argv=None) -> None:
                       args.direct_path, args.data_dir, args.fsync, args.fsync_interval,
                       args.compact_after_bytes, args.history_dir, cluster,
                       {"max_bytes": args.history_max_bytes, "max_age": args.history_max_age,
-                       "checkpoint": args.history_checkpoint})
+                       "checkpoint": args.history_checkpoint}, args.numbers)
         if shard.durability is not None:
             shard.recover()
         if cluster is not None:
