@@ -19,14 +19,19 @@ again and again.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pwd
 import stat
 from typing import Optional
 
 from .dirlock import DirectoryBusy, lock_directory
+from .reshard import finish_interrupted, reshard
+from .store import StoreError
 from .numbers import FILE_NAME as NUMBERS_FILE, NumberFile, NumbersError
 from .store import shard_dir
+
+log = logging.getLogger("queueserver.supervisor")
 
 LAYOUT_FILE = "layout.json"
 LAYOUT_FORMAT = 1
@@ -177,10 +182,13 @@ class DataDir:
         self.path = os.path.abspath(path)
         self._lock_fd: Optional[int] = None
 
-    def acquire(self, shards: int, shards_given: bool, history: bool = True) -> int:
+    def acquire(self, shards: int, shards_given: bool, history: bool = True,
+                may_reshard: bool = True) -> int:
         """Lock the directory, settle its layout and check that every shard
         can use its files (``history``: its history directory too); the
-        shard count to run."""
+        shard count to run. A shard count given that differs from the
+        directory's re-shards it first (``may_reshard``; a cluster node's
+        shards are its cluster file's business)."""
         make_data_dir(self.path)
         try:
             self._lock_fd = lock_directory(self.path, "data directory", "--data-dir")
@@ -188,7 +196,12 @@ class DataDir:
             raise LayoutError(str(err)) from None
         try:
             numbers = self.numbers_file()
-            older = read_layout(self.path) is not None and not os.path.exists(numbers)
+            finish_interrupted(self.path, LAYOUT_FILE)
+            layout = read_layout(self.path)
+            older = layout is not None and not os.path.exists(numbers)
+            if layout is not None and shards_given and shards != layout["shards"] and may_reshard:
+                self._reshard(layout["shards"], shards, history, numbers)
+                older = False   # every number made before is asked of every shard now
             shards = settle_layout(self.path, shards, shards_given)
             check_shard_files(self.path, shards, history)
             if older:   # written before job numbers came in blocks: each shard says its highest first
@@ -200,6 +213,18 @@ class DataDir:
         except (NumbersError, OSError) as err:
             self.release()
             raise LayoutError(f"data directory {self.path}: {err}") from None
+
+    def _reshard(self, old: int, new: int, history: bool, numbers: str) -> None:
+        check_shard_files(self.path, old, history)
+        log.info("data directory %s holds the jobs of %d shards; re-sharding it to %d (the old "
+                 "shards stay as they are until the new ones are written)", self.path, old, new)
+        try:
+            reshard(self.path, old, new, {"format": LAYOUT_FORMAT, "shards": new, "hash": HASH_RULE},
+                    LAYOUT_FILE, numbers)
+        except (StoreError, OSError, NumbersError) as err:
+            raise LayoutError(f"cannot re-shard data directory {self.path} from {old} to {new} shards: "
+                              f"{err} (its {old} shards are as they were: start with --shards {old}, "
+                              f"or mend the cause and start again)") from None
 
     def numbers_file(self) -> str:
         """The file of job number blocks (:mod:`queueserver.numbers`)."""

@@ -338,7 +338,8 @@ class Supervisor:
                 try:
                     self.config.shards = self.data.acquire(self.config.shards,
                                                            "shards" in self.config.explicit,
-                                                           history=self.config.keeps_history)
+                                                           history=self.config.keeps_history,
+                                                           may_reshard=self.cluster is None)
                 except (LayoutError, OSError) as err:
                     raise StartupError(str(err)) from None
                 log.info("data directory %s, fsync %s", self.data.path, self.config.fsync)
