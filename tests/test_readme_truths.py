@@ -1,0 +1,156 @@
+"""The README says what is true of the code it describes.
+
+Checked against the real thing: the usage lines and every long option that
+``queueserver [<command>] --help`` prints (run as real processes), every key
+the configuration accepts, the Makefile's ``run`` recipe; and none of the
+statements that became untrue (no durability, slot moves not built, a
+``pip install queueserver`` of a package nobody published) nor references to
+documents a reader does not have. The prerequisites a newcomer needs are
+stated, and the README still opens with its two commands.
+
+``QS_README=/path/to/README.md`` checks another copy (e.g. an older one:
+``git show 7dd9584:README.md > /tmp/old_readme.md``), which must fail.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Dict
+
+import pytest
+
+from queueserver.config import CODEC_OPTIONS, HISTORY, LISTENER, SERVER, Config
+from queueserver.protocols import DEFAULT_PORTS
+
+ROOT = Path(__file__).resolve().parents[1]
+README = Path(os.environ.get("QS_README", ROOT / "README.md"))
+COMMANDS = ("serve", "worker", "history", "cluster")
+
+OPENING = """```sh
+make run    # creates .venv, installs the package, starts the server on its defaults
+make test   # installs the dev extras, runs the whole test suite
+```
+"""
+
+#: Statements that are no longer true, and references to what a reader cannot read.
+UNTRUE = {
+    r"Durability is not there yet": "the shards keep an append-only log (Durability)",
+    r"restarted shard starts empty": "a restarted shard replays its log",
+    r"not yet built": "slot moves and re-sharding exist",
+    r"pip install queueserver\b": "nothing is published on PyPI",
+    r"goqueue's `DELETE <number>` ask every shard": "numbers come in blocks; the block names the shard",
+    r"the highest number made is part of the log": "numbers come in blocks from the numbers file",
+    r"refuse a different one": "another shard count re-shards the data directory",
+    r"\bseeds?\b": "'the seed' is a document the reader does not have",
+    r"decisions file|protocol decisions": "the decisions file is not the reader's",
+    r"\bissue \d+": "the reader has no issue tracker of ours",
+    r"speed issue": "the reader has no issue tracker of ours",
+    r"\bsection \(?\d+\)?": "numbered sections of documents the reader does not have",
+}
+
+
+@pytest.fixture(scope="module")
+def readme() -> str:
+    return README.read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def helps() -> Dict[str, str]:
+    """What ``queueserver [<command>] --help`` prints, each a real process (run together)."""
+    env = {**os.environ, "COLUMNS": "80"}
+    procs = {name: subprocess.Popen([sys.executable, "-m", "queueserver", *([name] if name else []), "--help"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                    cwd=ROOT)
+             for name in ("", *COMMANDS)}
+    out = {}
+    for name, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 0, f"queueserver {name} --help: {stderr}"
+        out[name] = stdout
+    return out
+
+
+def squeeze(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_opens_with_the_two_commands(readme):
+    assert readme.startswith(OPENING)
+
+
+@pytest.mark.parametrize("command", ["", *COMMANDS])
+def test_usage_lines_are_the_real_ones(readme, helps, command):
+    usage = helps[command].split("\n\n")[0]
+    assert usage.startswith("usage: queueserver"), usage
+    assert squeeze(usage) in squeeze(readme), f"the README lacks the real usage of queueserver {command}:\n{usage}"
+
+
+@pytest.mark.parametrize("command", ["", *COMMANDS])
+def test_every_option_and_subcommand_is_named(readme, helps, command):
+    text = helps[command]
+    options = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", text)) - {"--help"}
+    assert options or command == "", text
+    missing = sorted(o for o in options if not re.search(re.escape(o) + r"(?![\w-])", readme))
+    assert not missing, f"queueserver {command} --help has options the README never names: {missing}"
+    if command == "":
+        for sub in COMMANDS:
+            uses = re.findall(rf"\bqueueserver {sub}\b", readme)
+            assert len(uses) >= 2, f"`queueserver {sub}`: in the usage lines and described"
+    if command == "cluster":
+        actions = re.search(r"\{([a-z,-]+)\}", text).group(1).split(",")
+        for action in actions:
+            assert f"cluster {action}" in readme or f"|{action}" in readme, action
+
+
+def test_every_configuration_key_is_in_the_table(readme):
+    table = "\n".join(line for line in readme.splitlines() if line.startswith("| `"))
+    keys = [*SERVER]
+    keys += [f"history.{key}" for key in HISTORY]
+    keys += [f"<protocol>.{key}" for key in LISTENER]
+    keys += [f"metrics.{key}" for key in LISTENER]
+    keys += [f"{protocol}.{key}" for protocol, options in CODEC_OPTIONS.items() for key in options]
+    missing = [key for key in keys if f"| `{key}` |" not in table]
+    assert not missing, f"configuration keys missing from the README's key table: {missing}"
+    for section in ("server", *DEFAULT_PORTS, "metrics", "history"):
+        assert f"[{section}]" in readme, section
+
+
+def test_the_full_configuration_example_is_accepted(readme):
+    blocks = [b for b in re.findall(r"```toml\n(.*?)```", readme, re.S) if b.startswith("[server]")]
+    assert len(blocks) == 1, "one ```toml block of every section, starting with [server]"
+    data = tomllib.loads(blocks[0])
+    assert {"server", "metrics", "history"} <= set(data), sorted(data)
+    Config().update(data)   # raises ConfigError on any key the server refuses
+
+
+def test_make_run_is_described_as_it_runs(readme):
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = re.search(r"^run:.*\n\t\$\(BIN\)/(queueserver serve [^$\n]*)", makefile, re.M).group(1).strip()
+    assert f"`{recipe}`" in readme, f"the README should say that make run starts `{recipe}`"
+    assert re.search(r"re-shards? (it|the directory)", readme), "a start with another --shards re-shards"
+
+
+@pytest.mark.parametrize("pattern", sorted(UNTRUE))
+def test_no_untrue_statement(readme, pattern):
+    found = re.search(pattern, readme, re.I)
+    assert found is None, (f"README line {readme[:found.start()].count(chr(10)) + 1}: "
+                           f"{found.group(0)!r}: {UNTRUE[pattern]}")
+
+
+def test_prerequisites_and_installing_are_stated(readme):
+    start = readme.index("# queueserver\n")
+    assert "## Prerequisites" in readme
+    prerequisites = readme[readme.index("## Prerequisites"):]
+    prerequisites = prerequisites[:prerequisites.index("\n## ", 4)]
+    assert readme.index("## Prerequisites") < readme.index("## Architecture"), "right after the intro"
+    assert start < readme.index("## Prerequisites")
+    for needed in ("Python 3.11", "python3-venv", "Java 17", "openjdk-17-jre-headless", "PYTHON=",
+                   "pip install -e .", "pip install -e '.[spark]'", ".venv/bin/python",
+                   ". .venv/bin/activate"):
+        assert needed in prerequisites, f"the prerequisites do not say {needed!r}"
+    assert re.search(r"\b1 GB\b", prerequisites), "the disk the dev extras take"
+    assert re.search(r"nothing is published on PyPI", prerequisites, re.I)
