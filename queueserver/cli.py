@@ -97,8 +97,8 @@ def _history(args: argparse.Namespace) -> int:
     try:
         from .history.app import run_from_args
     except ImportError as err:
-        fail(f"history needs PySpark and matplotlib ({err}); pip install 'queueserver[spark]'", 2,
-             f"{PROG} history")
+        fail(f"history needs PySpark and matplotlib ({err}); install the spark extra from the "
+             f"checkout: pip install '.[spark]' (and Java 17)", 2, f"{PROG} history")
     return run_from_args(args, f"{PROG} history")
 
 
