@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import struct
 from typing import Callable, List
 
@@ -76,23 +77,41 @@ def block(data: bytes) -> bytes:
 
 
 def with_block(head: bytes, data: bytes, flags: bytes = b"") -> bytes:
-    """``head`` (a line without its end) with its size and flags, and the block."""
-    return head + b" " + str(len(data)).encode() + flags + b"\r\n" + block(data)
+    """``head`` (a line without its end) with its size and flags, and the
+    block when the line's positional count makes its size readable (else
+    the block's lines would be requests of their own)."""
+    line_ = head + b" " + str(len(data)).encode() + flags
+    return line_ + b"\r\n" + (block(data) if size_readable(line_) else b"")
+
+
+def size_readable(line_: bytes) -> bool:
+    """Whether a block command's line has a readable size: the right number
+    of positional tokens (``-key=value`` flags aside), the last a number."""
+    positional = positional_tokens(line_)
+    word = line_.split(b" ", 1)[0]
+    return len(positional) == BLOCK_ARGS[word] and re.fullmatch(rb"\+?[0-9]+", positional[-1]) is not None
+
+
+def positional_tokens(line_: bytes) -> list:
+    """A command line's tokens after its word, ``-key=value`` flags aside."""
+    tokens = [t for t in line_.rstrip(b"\r\n").split(b" ") if t]
+    return [t for t in tokens[1:] if not (t.startswith(b"-") and b"=" in t)]
 
 
 def odd_block(word: bytes, words: list, flags: list, data: bytes) -> bytes:
-    """A block command with any argument count: its size is the last
-    positional token, flags (well-formed or not) after it."""
+    """A block command with any argument count, flags (well-formed or not)
+    after its size. One request: with the right positional count its size
+    is readable and its block follows; with any other count no size is
+    read, so no block follows (it would be lines of its own)."""
     while flags and not flags[0][1:2].isalpha():   # flags start with a flag-like token
         flags = flags[1:]
     if word in (b"add", b"schedule", b"run"):
         words = [b"id", b"name"] + words            # a block command names its job first
-    # Bare tokens among the flags (``-priority 5``) are positional: with the
-    # right count they would be taken for the size. Make the count wrong.
-    positional = [t for t in words + flags if not (t.startswith(b"-") and b"=" in t)]
-    if len(positional) + 1 == BLOCK_ARGS[word] and len(positional) > len(words):
-        words = words + [b"extra"]
-    return line(word, *words, str(len(data)).encode(), *flags) + block(data)
+    size = str(len(data)).encode()
+    head = line(word, *words, size, *flags)
+    if size_readable(head.rstrip(b"\r\n")) and positional_tokens(head)[-1] != size:
+        head = line(word, *words, b"extra", size, *flags)   # a bare number among the flags: miscount it
+    return head + block(data) if size_readable(head.rstrip(b"\r\n")) else head
 
 
 def no_workq_block(garbage: bytes) -> bytes:

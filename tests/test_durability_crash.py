@@ -98,16 +98,32 @@ def test_jobs_schedules_and_ttls_survive_a_kill_of_the_whole_server(tmp_path):
             assert client.result(done_id, 0).result == b"finished"
 
 
-def test_a_changed_shard_count_is_refused_with_one_line(tmp_path):
+def test_a_reshard_that_cannot_read_a_log_is_one_line_and_changes_nothing(tmp_path):
+    """Another shard count re-shards the directory (tests/test_reshard.py);
+    when an old log is damaged, the start is refused in one line and the
+    old shards are left exactly as they were."""
     proc = durable(tmp_path, shards=2)
     with proc:
-        pass
-    from serverproc import one_line_error, run_cli
-    result = run_cli("serve", "--data-dir", str(tmp_path / "data"), "--shards", "3",
+        with Client("127.0.0.1", proc.port("workq")) as client:
+            for i in range(200):
+                client.add(str(uuid.uuid4()), f"q{i % 7}", b"x" * 100, 60_000, 600_000)
+    data = tmp_path / "data"
+    segment = sorted((data / "shard-1").glob("*.log"))[-1]
+    raw = bytearray(segment.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF            # a damaged record with valid ones after it
+    segment.write_bytes(bytes(raw))
+    before = {str(p): p.read_bytes() for p in data.rglob("*") if p.is_file() and p.name != "lock"}
+    from serverproc import run_cli
+    result = run_cli("serve", "--data-dir", str(data), "--shards", "3",
                      "--workq-port", "0", "--no-takeanumber", "--no-goqueue", "--no-queued",
                      "--no-taskflux", "--runtime-dir", str(tmp_path / "rt"))
-    line = one_line_error(result)
-    assert "holds the jobs of 2 shards" in line and "--shards 2" in line
+    # the re-shard's progress lines, then the refusal in one line
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert "re-sharding it to 3" in result.stderr
+    assert "cannot re-shard data directory" in line and "its 2 shards are as they were" in line, line
+    after = {str(p): p.read_bytes() for p in data.rglob("*") if p.is_file() and p.name != "lock"}
+    assert after == before
 
 
 def _disk_bytes(path) -> int:
@@ -162,7 +178,7 @@ def test_a_log_damaged_in_the_middle_stops_the_server_with_one_line(tmp_path):
     raw = bytearray(segment.read_bytes())
     raw[len(raw) // 2] ^= 0xFF                     # a bit flip in a record with valid ones after it
     segment.write_bytes(bytes(raw))
-    from serverproc import one_line_error, run_cli
+    from serverproc import run_cli
     result = run_cli("serve", "--data-dir", str(data), "--workq-port", "0", "--no-takeanumber",
                      "--no-goqueue", "--no-queued", "--no-taskflux", "--log-level", "critical",
                      "--runtime-dir", str(tmp_path / "rt"), timeout=60)

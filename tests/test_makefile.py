@@ -138,8 +138,11 @@ def test_an_editable_install_prints_no_setuptools_warning(tmp_path):
     shutil.copytree(os.path.join(ROOT, "queueserver"), where / "queueserver",
                     ignore=shutil.ignore_patterns("__pycache__"))
     prefix = tmp_path / "prefix"
+    # --ignore-installed: pip must not uninstall this venv's own editable
+    # install of the package on the way (it would, --prefix or not)
     result = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                             "--prefix", str(prefix), "-e", "."], cwd=where, capture_output=True,
+                             "--ignore-installed", "--prefix", str(prefix), "-e", "."], cwd=where,
+                            capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "Warning" not in result.stderr and "Editable installation" not in result.stderr, result.stderr

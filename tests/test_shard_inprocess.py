@@ -80,13 +80,13 @@ def test_hello_comes_in_chunks(shard, link):
 # --------------------------------------------------------------- requests
 def test_add_lease_complete_and_result_frames(link):
     first, second = new_id(), new_id()
-    assert link.call("add", first, "q", b"ping") == [OK, [first, 2]]   # shard 1 of 2 makes 2, 4, ...
-    assert link.call("add", second, "q", b"pong") == [OK, [second, 4]]
+    assert link.call("add", first, "q", b"ping") == [OK, [first, 1]]   # the first block of a fresh server
+    assert link.call("add", second, "q", b"pong") == [OK, [second, 2]]
     reply = link.call("lease", ["q"], 0)
     assert reply[0] == OK
     view = as_lease(reply[1])
     assert (view.id, view.name, view.payload, view.number, view.attempts, view.shard) == \
-        (first, "q", b"ping", 2, 1, 1)
+        (first, "q", b"ping", 1, 1, 1)
     assert state(link, first) == LEASED
     assert link.call("complete", first, b"done") == [OK, None]
     assert link.call("complete", first, b"again") == [CLIENT_ERROR, "Duplicate result"]
@@ -239,7 +239,7 @@ def test_routers_client_counts_are_merged_into_inspect_server(shard, link, other
 # ---------------------------------------------------- direct path placement
 def test_the_direct_server_serves_alone_only_what_lives_here(shard_factory, link_factory):
     """``DirectServer.placement``: its own queues, jobs it holds and numbers
-    of its residue class are served here; anything else must move."""
+    of its blocks are served here; anything else must move."""
     served = shard_factory(index=1, shards=2, direct_path=True)
     theirs, mine = names_by_shard(2)
     mine_too = names_by_shard(2)[1]
@@ -258,5 +258,6 @@ def test_the_direct_server_serves_alone_only_what_lives_here(shard_factory, link
     assert placement("workq", f"inspect job {new_id()}\r\n".encode()) == MUST_MOVE
     assert placement("workq", b"inspect queues 0 10\r\n") == MUST_MOVE
     assert placement("workq", b"inspect server\r\n") == MUST_MOVE
-    for number, where in [(1, MUST_MOVE), (2, SERVE), (3, MUST_MOVE), (4, SERVE)]:
+    # its job took the server's first block of numbers, 1..64; nobody's block holds 65 yet
+    for number, where in [(1, SERVE), (64, SERVE), (65, MUST_MOVE), (10 ** 6, MUST_MOVE)]:
         assert placement("goqueue", b"DELETE\0" + struct.pack("<Q", number)) == where, number
