@@ -208,10 +208,15 @@ def numbers_file(socket_path: str) -> str:
 class ServedShard:
     """A real :class:`Shard` serving in this process, as ``queueserver.shard`` runs one."""
 
-    def __init__(self, index: int, path: str, shards: int = 1, direct_path: bool = False) -> None:
+    def __init__(self, index: int, path: str, shards: int = 1, direct_path: bool = False,
+                 alone: bool = False) -> None:
+        """``alone``: one shard of ``shards`` served with none of the others
+        (its id home answers at once rather than wait for their job lists)."""
         self.index, self.path, self.shards, self.direct_path = index, path, shards, direct_path
+        self.alone = alone
         self.shard: Optional[Shard] = Shard(index, path, shards=shards, direct_path=direct_path,
                                             numbers=numbers_file(path))
+        self.shard.await_peers = not alone
         self.greenlet = gevent.spawn(self.shard.serve)
         eventually(lambda: os.path.exists(path), f"shard {index} to listen")
 
@@ -244,7 +249,8 @@ def shard_factory(leaks, rundir):
     made: List[ServedShard] = []
 
     def make(index: int = 0, shards: int = 1, direct_path: bool = False) -> ServedShard:
-        served = ServedShard(index, os.path.join(rundir, f"shard-{index}.sock"), shards, direct_path)
+        served = ServedShard(index, os.path.join(rundir, f"shard-{index}.sock"), shards, direct_path,
+                             alone=True)
         made.append(served)
         return served
 

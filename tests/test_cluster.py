@@ -411,8 +411,8 @@ def test_a_router_with_an_old_map_follows_moved_to_the_owner(three):
         router.map.owners[slot], router.map.epochs[slot] = 3, 0
         assert ask(f"inspect queue {name}\r\n".encode())[0] == OK_
         assert router.map.owners[slot] == 2
-        # 3. a job id the directory places on its former shard
-        router.directory.place(id, 3)
+        # 3. a job id the router last saw on its former shard
+        router.jobs.place(id, 3)
         reply = ask(f"inspect job {id}\r\n".encode())
         assert reply[0] == OK_
     finally:

@@ -178,7 +178,7 @@ def test_a_log_damaged_in_the_middle_stops_the_server_with_one_line(tmp_path):
     raw = bytearray(segment.read_bytes())
     raw[len(raw) // 2] ^= 0xFF                     # a bit flip in a record with valid ones after it
     segment.write_bytes(bytes(raw))
-    from serverproc import run_cli
+    from serverproc import one_line_error, run_cli
     result = run_cli("serve", "--data-dir", str(data), "--workq-port", "0", "--no-takeanumber",
                      "--no-goqueue", "--no-queued", "--no-taskflux", "--log-level", "critical",
                      "--runtime-dir", str(tmp_path / "rt"), timeout=60)

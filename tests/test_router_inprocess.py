@@ -20,6 +20,7 @@ from queueserver.engine.status import NOT_FOUND, OK
 from queueserver.net.connection import MAY_MOVE, SERVE, ClientConnection
 from queueserver.protocols import codec_class
 from queueserver.router.router import MAX_MOVES
+from queueserver.sharding import shard_for
 from wire import add, inspect_field, new_id
 
 pytestmark = pytest.mark.usefixtures("leaks")
@@ -62,23 +63,39 @@ def test_requests_by_queue_name_go_to_the_queues_shard(cluster):
         assert w.call(f"lease {name} 0\r\n".encode()) == leased(id, name, b"x")
 
 
+def homed(shard: int, shards: int = 2) -> str:
+    """A fresh job id whose home is ``shard``."""
+    while True:
+        id = new_id()
+        if shard_for(id, shards) == shard:
+            return id
+
+
 def test_a_job_id_goes_to_the_shard_that_holds_it(cluster):
-    """With shard 0 gone, asking every shard would answer shard 0's error:
-    an answer from shard 1 shows the directory sent the request there."""
+    """The router knows where the jobs it carried went; of any other it
+    asks the id's home. With shard 0 gone, asking every shard would answer
+    shard 0's error: an answer from shard 1 shows where the request went."""
     one = names_by_shard(2)[1]
     w = cluster.wire()
     id = new_id()
     assert w.call(add(id, one)) == b"+OK\r\n"
-    assert cluster.router.directory.shard_of(id) == 1
-    made_elsewhere = new_id()        # by another router: the shard tells this one
+    assert cluster.router.jobs.shard_of(id) == 1
+    made_elsewhere = homed(0)     # by another router: at home on shard 0, which knows it lives on 1
     assert cluster.link(1).call("add", made_elsewhere, one, b"x")[0] == OK
-    assert cluster.router.directory.shard_of(made_elsewhere) == 1
+    assert cluster.router.jobs.shard_of(made_elsewhere) is None
+    assert inspect_field(w, made_elsewhere, "name") == one.encode()
+    assert cluster.router.jobs.shard_of(made_elsewhere) == 1       # learnt from its home
+    at_home_on_one = homed(1)
+    assert cluster.link(1).call("add", at_home_on_one, one, b"x")[0] == OK
     cluster.shards[0].stop()
     eventually(lambda: not cluster.router.links[0].up, "the router to lose shard 0")
     assert inspect_field(w, id, "name") == one.encode()
     assert inspect_field(w, made_elsewhere, "name") == one.encode()
+    assert inspect_field(w, at_home_on_one, "name") == one.encode()
     assert w.call(f"complete {id} 2\r\nok\r\n".encode()) == b"+OK\r\n"
-    assert w.call(f"inspect job {new_id()}\r\n".encode()) == b"-SERVER-ERROR Shard 0 unavailable\r\n"
+    # an id no job has: its home says so; with its home away, shard 0 might hold it
+    assert w.call(f"inspect job {homed(1)}\r\n".encode()) == b"-NOT-FOUND\r\n"
+    assert w.call(f"inspect job {homed(0)}\r\n".encode()) == b"-SERVER-ERROR Shard 0 unavailable\r\n"
 
 
 def test_inspect_queues_merges_both_shards_in_name_order(cluster):
@@ -159,8 +176,7 @@ def test_a_shard_that_goes_away_answers_shard_unavailable(cluster):
     assert parked.reply() == b"-SERVER-ERROR Shard 1 unavailable\r\n"   # it was in flight
     assert w.call(add(new_id(), one)) == b"-SERVER-ERROR Shard 1 unavailable\r\n"
     assert w.call(f"lease {zero} {one} 0\r\n".encode()) == leased(kept, zero, b"kept")
-    assert cluster.router.directory.shard_of(lost) is None           # its jobs died with it
-    assert cluster.router.directory.shard_of(kept) == 0
+    assert w.call(f"inspect job {lost}\r\n".encode()) == b"-SERVER-ERROR Shard 1 unavailable\r\n"
 
 
 def test_a_restarted_shard_is_served_again(cluster):
@@ -170,7 +186,7 @@ def test_a_restarted_shard_is_served_again(cluster):
     eventually(lambda: cluster.router.links[1].up, "the router to reconnect")
     id = new_id()
     assert w.call(add(id, one)) == b"+OK\r\n"
-    assert cluster.router.directory.shard_of(id) == 1
+    assert cluster.router.jobs.shard_of(id) == 1
 
 
 # --------------------------------------------------------- clients leaving
@@ -225,7 +241,10 @@ def test_a_connection_for_one_shard_is_handed_to_it(direct):
     assert w.call(add(id, one, b"here")) == b"+OK\r\n"
     assert where(direct) == [0, 1]
     assert direct.router.clients == 1                      # still counted by its router
-    assert direct.router.directory.shard_of(id) == 1       # heard of before its client did
+    assert direct.router.jobs.shard_of(id) is None         # the router never saw it: its home knows
+    asker = direct.wire()
+    assert inspect_field(asker, id, "name") == one.encode()
+    asker.close()
     assert w.call(f"lease {one} 1000\r\n".encode()) == leased(id, one, b"here")
     assert w.call(f"complete {id} 2\r\nok\r\n".encode()) == b"+OK\r\n"
     assert w.call(f"result {id} 0\r\n".encode()) == f"+OK 1\r\n{id} 1 2\r\nok\r\n".encode()
@@ -338,10 +357,6 @@ def test_the_router_hands_over_only_what_one_shard_can_serve(direct):
         assert placement(f"lease {zero} {one} 0\r\n".encode()) == SERVE
         assert placement(f"inspect job {new_id()}\r\n".encode()) == SERVE
         assert placement(b"inspect queues 0 10\r\n") == SERVE
-        taken = new_id()
-        router.directory.place(taken, 1)
-        assert placement(add(taken, zero)) == SERVE          # the router checks an id held elsewhere
-        assert placement(add(taken, one)) == MAY_MOVE
         connection.moves = MAX_MOVES
         assert placement(add(new_id(), one)) == SERVE
     finally:

@@ -20,8 +20,8 @@ from queueserver.engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR,
 from queueserver.engine.views import JobView, as_lease
 from queueserver.net.connection import MUST_MOVE, SERVE
 from queueserver.protocols import codec_class
-from queueserver.shard.shard import HELLO_CHUNK
-from wire import add, new_id
+from queueserver.sharding import shard_for
+from wire import add, new_id as fresh_id
 
 pytestmark = pytest.mark.usefixtures("leaks")
 
@@ -42,6 +42,15 @@ def other(link_factory, shard):
     return link_factory(shard)
 
 
+def new_id() -> str:
+    """A fresh id at home on shard 1 of 2 (the shard under test: no claim
+    goes to shard 0, which these tests do not serve)."""
+    while True:
+        id = fresh_id()
+        if shard_for(id, 2) == 1:
+            return id
+
+
 def added(reply: list) -> str:
     assert reply[0] == OK, reply
     return reply[1][0]
@@ -54,27 +63,11 @@ def state(link: LinkClient, id: str) -> int:
 
 
 # ------------------------------------------------------------------ hello
-def test_hello_lists_the_jobs_the_shard_holds(shard, link_factory):
+def test_hello_names_the_shard_and_lists_no_jobs(shard, link_factory):
+    """Routers learn where jobs are from answers and ids' homes, not from a list."""
     first = link_factory(shard)
-    assert first.hello == {"shard": 1, "jobs": []}
-    ids = [new_id() for _ in range(3)]
-    for id in ids:
-        added(first.call("add", id, "q", b"x"))
-    assert sorted(link_factory(shard).hello["jobs"]) == sorted(ids)
-
-
-def test_hello_comes_in_chunks(shard, link):
-    """A shard holding more than one chunk's worth lists it in several frames."""
-    ids = [new_id() for _ in range(HELLO_CHUNK + 1)]
-    last = [link.send("add", id, "q", b"") for id in ids][-1]
-    assert link.reply(last)[0] == OK
-    late = LinkClient(shard.path)
-    try:
-        first, second = late.event(), late.event()
-        assert [len(first[1]["jobs"]), len(second[1]["jobs"])] == [HELLO_CHUNK, 1]
-        assert sorted(first[1]["jobs"] + second[1]["jobs"]) == sorted(ids)
-    finally:
-        late.close()
+    added(first.call("add", new_id(), "q", b"x"))
+    assert link_factory(shard).hello == {"shard": 1}
 
 
 # --------------------------------------------------------------- requests
@@ -189,37 +182,17 @@ def test_a_channel_that_closes_releases_its_waiters_and_owned_leases(link, other
 
 
 # --------------------------------------------------------- shard events
-def test_placed_and_forgotten_reach_every_channel(shard, link_factory):
-    only = link_factory(shard)
-    added(only.call("add", new_id(), "q", b"x"))
-    only.call("size", "q")
-    assert only.events_so_far() == []             # one router, no direct path: nobody to tell
-    second = link_factory(shard)
+@pytest.mark.parametrize("direct_path", [False, True])
+def test_nobody_hears_of_jobs_made_or_gone(shard_factory, link_factory, direct_path):
+    """No note per job to any router, however many are linked, with the
+    direct path or not."""
+    served = shard_factory(index=0, shards=1, direct_path=direct_path)
+    only, second = link_factory(served), link_factory(served)
     id = added(only.call("add", new_id(), "q", b"x"))
-    assert second.event() == ("placed", [id])
-    assert only.event() == ("placed", [id])
     assert only.call("delete", id) == [OK, None]
-    assert second.event() == ("forgotten", [id])
-    assert only.event() == ("forgotten", [id])
-    second.close()
-    eventually(lambda: len(shard.shard.channels) == 1, "the shard to drop the closed channel")
-    added(only.call("add", new_id(), "q", b"x"))
-    only.call("size", "q")
-    assert only.events_so_far() == []
-
-
-def test_a_direct_path_shard_tells_even_its_only_router(shard_factory, link_factory):
-    """Connections it serves directly make jobs the router never saw."""
-    link = link_factory(shard_factory(direct_path=True))
-    id = added(link.call("add", new_id(), "q", b"x"))
-    assert link.event() == ("placed", [id])
-
-
-def test_an_expired_job_is_forgotten_by_the_timer(link, other):
-    id = added(link.call("add", new_id(), "q", b"x", 0, 0, 1))   # priority 0, TTR 0, TTL 1 ms
-    assert other.event() == ("placed", [id])
-    assert other.event() == ("forgotten", [id])
-    assert link.call("exists", id)[0] == NOT_FOUND
+    added(only.call("add", new_id(), "q", b"x", 0, 0, 1))    # TTL 1 ms: the timer removes it
+    eventually(lambda: only.call("size", "q") == [OK, 0], "the job to expire")
+    assert only.events_so_far() == [] and second.events_so_far() == []
 
 
 def test_routers_client_counts_are_merged_into_inspect_server(shard, link, other):

@@ -110,7 +110,7 @@ class Rebalancer:
         while start is not None:
             part = call(giver, "move_out", [ranges, target, epoch, start])
             start = part["next"]
-            call(target, "move_in", [ranges, epoch, part["jobs"], start is None])
+            call(target, "move_in", [ranges, epoch, part["jobs"], start is None, part.get("homes", [])])
             moved += len(part["jobs"])
         call(giver, "move_done", [epoch])
         return moved

@@ -330,6 +330,16 @@ class Engine:
         self._park(waiter, now, timeout)
         return None
 
+    def _withdraw_new(self, now: int, token: Any, id: str) -> Reply:
+        """A job just made whose id another shard's job turned out to hold
+        (its home refused the claim): it goes, and a ``run`` caller waiting
+        for it hears ``Duplicate job``."""
+        if id in self.jobs:
+            for waiter in list(self.result_waiters.get(id, ())):
+                self._reply(waiter, [CLIENT_ERROR, "Duplicate job"])
+            self.apply(("delete", id))
+        return [OK, None]
+
     def _cancel(self, now: int, token: Any, waiting: Any) -> Reply:
         """Withdraw the parked request ``waiting`` (its client is gone); it is
         answered ``TIMEOUT`` at once."""
@@ -427,6 +437,7 @@ class Engine:
         "add": _add, "run": _run, "lease": _lease, "unlease": _unlease,
         "complete": _complete, "fail": _fail, "retry": _retry, "delete": _delete,
         "delete_number": _delete_number, "result": _result, "cancel": _cancel, "disown": _disown,
+        "withdraw_new": _withdraw_new,
         "take": _take, "restore": _restore, "size": _size, "has": _has, "create_queue": _create_queue,
         "exists": _exists, "inspect_job": _inspect_job, "inspect_jobs": _inspect_jobs,
         "inspect_scheduled": _inspect_scheduled, "inspect_queue": _inspect_queue,

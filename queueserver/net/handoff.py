@@ -36,7 +36,6 @@ class Move(NamedTuple):
     unread: bytes               # bytes received from that command on
     origin: int                 # the connection's id at the router that accepted it
     router: int                 # that router's index
-    frames: int                 # frames the sender had sent on its link when it moved it
     moves: int                  # times the connection has moved so far
     limits: Dict[str, int]      # max_outstanding_bytes, max_payload
     more: int = 0               # unread bytes that follow in ``more`` messages

@@ -26,7 +26,7 @@ from ..engine.status import MOVED, NOT_FOUND, SERVER_ERROR, Reply
 from ..net import linkauth
 from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, Command
 from .fanout import FirstFound, Gather, SpreadLease
-from .router import Router
+from .router import Located, Router
 from .shardlink import ShardLink
 from .slotmap import SlotMap
 
@@ -70,6 +70,12 @@ class ClusterRouter(Router):
     def shard_for(self, name: str) -> int:
         return self.map.owners[slot_of(name)]
 
+    def home_of(self, id: str) -> int:
+        return self.map.owners[slot_of(id)]
+
+    def reachable_links(self) -> List[ShardLink]:
+        return self.reachable
+
     def route(self, command: Command, callback: Callback, owner: Optional[int] = None,
               attempt: int = 0) -> Any:
         route = command.route
@@ -96,11 +102,7 @@ class ClusterRouter(Router):
                 return link, link.call(command.op, [names] + list(command.args[1:]), answered, slots[link])
             return SpreadLease(groups, command.args[-1], answered, slots)
         if route == BY_ID:
-            answered = self._redirected(command, callback, owner, attempt, ())
-            shard = self.directory.shard_of(command.key)
-            if shard is None or shard < 0 or shard >= len(self.links):
-                return FirstFound(self.reachable, command.op, command.args, answered)
-            return self._directed(self.links[shard], command, answered)
+            return self._by_id(command, self._redirected(command, callback, owner, attempt, ()))
         if route == BY_NUMBER:
             answered = self._redirected(command, callback, owner, attempt, ())
             maker = (command.key - 1) % MAX_SHARDS
@@ -108,6 +110,26 @@ class ClusterRouter(Router):
                 return FirstFound(self.reachable, command.op, command.args, answered)
             return self._directed(self.links[maker], command, answered)
         return super().route(command, callback, owner)
+
+    def _ask_home(self, id: str, located: Callback, pending: Located, attempt: int = 0) -> None:
+        """``locate`` at the id's home, the owner of its slot (following
+        ``MOVED`` as requests do)."""
+        slot = slot_of(id)
+        home = self.links[self.map.owners[slot]]
+
+        def answered(reply: Reply) -> None:
+            if reply[0] != MOVED or attempt >= MAX_REDIRECTS:
+                located(reply if reply[0] != MOVED else [SERVER_ERROR, "Queue is moving between shards; try again"])
+                return
+            _, target, epoch = reply[1]
+            again = lambda: self._ask_home(id, located, pending, attempt + 1)  # noqa: E731
+            if target is not None and self._knows(target):
+                self.map.set((slot,), target, epoch)
+                self._later(attempt, again)
+            else:
+                self._refresh(again)
+
+        pending.inner = (home, home.call("locate", [id], answered, slot))
 
     def _directed(self, link: ShardLink, command: Command, callback: Callback) -> Any:
         """Ask the shard the job should be on; if it has no such job (any

@@ -24,7 +24,7 @@ blocks, and the block table says which shard made a number
 """
 from __future__ import annotations
 
-from typing import Iterable, List, Optional
+from typing import Iterable, List, Optional, Sequence, Set
 
 import xxhash
 
@@ -36,6 +36,7 @@ _BUCKET_BITS = 14
 BUCKETS = 1 << _BUCKET_BITS
 _BUCKET_SHIFT = 64 - _BUCKET_BITS
 _PREFIX_MASK = 0xFFFF_FFFF  # an entry's first 4 bytes: the hash's low 32 bits, below the bucket's
+_SLOT_MASK = 16383          # the hash's low 14 bits: the id's cluster slot (cluster.slots.slot_of)
 _ENTRY = 5
 _SHARED_CODE = 0xFF         # an entry's last byte: its shard, or this
 _CODES = [bytes((code,)) for code in range(256)]
@@ -125,6 +126,55 @@ class JobDirectory:
     def learn(self, shard: int, ids: Iterable[str]) -> None:
         for id in ids:
             self.place(id, shard)
+
+    def set(self, id: str, shard: int) -> None:
+        """``id`` is on ``shard`` now, whatever was known before."""
+        known = self.shard_of(id)
+        if known == shard:
+            return
+        if known is not None:
+            self._drop(id)
+        self.place(id, shard)
+
+    def _drop(self, id: str) -> None:
+        h = _hash(id.encode())
+        b = h >> _BUCKET_SHIFT
+        bucket = self._buckets[b]
+        i = _find(bucket, (h & _PREFIX_MASK).to_bytes(4, "little"))
+        if i >= 0:
+            self._buckets[b] = bucket[:i] + bucket[i + _ENTRY:]
+            self._count -= 1
+
+    def export(self, slots: Set[int], drop: bool = False) -> List[List[int]]:
+        """``[bucket, low 32 bits of the hash, shard code]`` of every entry
+        whose id's slot (the hash's low 14 bits) is in ``slots`` (the entries
+        of slots moving to another shard); ``drop``: and forget them here."""
+        out: List[List[int]] = []
+        buckets = self._buckets
+        for b, bucket in enumerate(buckets):
+            if not bucket:
+                continue
+            kept = []
+            for i in range(0, len(bucket), _ENTRY):
+                prefix = int.from_bytes(bucket[i:i + 4], "little")
+                if prefix & _SLOT_MASK in slots:
+                    out.append([b, prefix, bucket[i + 4]])
+                elif drop:
+                    kept.append(bucket[i:i + _ENTRY])
+            if drop and len(kept) * _ENTRY != len(bucket):
+                self._count -= (len(bucket) - len(kept) * _ENTRY) // _ENTRY
+                buckets[b] = b"".join(kept)
+        return out
+
+    def import_(self, entries: Iterable[Sequence[int]]) -> None:
+        """Take entries :meth:`export` gave (an entry already here stays)."""
+        buckets = self._buckets
+        for b, prefix, code in entries:
+            raw = int(prefix).to_bytes(4, "little")
+            bucket = buckets[b]
+            if _find(bucket, raw) < 0:
+                buckets[b] = bucket + raw + _CODES[code]
+                self._count += 1
 
     def __len__(self) -> int:
         return self._count

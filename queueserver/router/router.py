@@ -39,14 +39,15 @@ import gevent
 from gevent import socket
 
 from ..engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR, Reply
-from ..engine.views import undo_delivery
+from ..engine.views import as_lease, undo_delivery
 from ..protocols import codec_class as load_codec
 from ..sharding import shard_for
 from ..net.connection import MAY_MOVE, SERVE, ClientConnection
 from ..net.handoff import Gone, Move
 from ..net.hangups import HangupWatch
 from ..protocols.base import ALL, BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command
-from .directory import SHARED, JobDirectory
+from .directory import SHARED
+from .jobcache import JobCache
 from .fanout import FirstFound, Gather, SpreadLease, ignore
 from ..lifecycle import die_with_supervisor, setup_logging, stop_event
 from .shardlink import ShardLink
@@ -59,7 +60,6 @@ DEFAULT_MAX_CONNECTIONS = 10000
 DEFAULT_MAX_OUTSTANDING = 8 * 1048576
 DEFAULT_MAX_PAYLOAD = 1048576
 MAX_MOVES = 4                 # moves of one connection before it stays forwarded
-HANDBACK_WAIT = 1.0           # seconds a handed-back connection waits for the shard's earlier frames
 ACCEPT_BACKOFF = 0.5          # seconds the accept loop rests when no descriptor is left
 LOG_INTERVAL = 10.0           # at most one warning per interval about refused connections
 _NO_DESCRIPTORS = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM))
@@ -69,6 +69,31 @@ _NO_DESCRIPTORS = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.EN
 #: whoever finishes a job).
 _HISTORY_OPS = frozenset(("add", "run", "lease", "take", "complete", "fail", "retry", "delete",
                           "delete_number"))
+
+
+class Located:
+    """A request asking its id's home first: what :meth:`Router.withdraw`
+    withdraws is whichever step it is at."""
+
+    __slots__ = ("inner", "abandoned")
+
+    def __init__(self) -> None:
+        self.inner: Any = None
+        self.abandoned = False
+
+    def abandon(self) -> None:
+        self.abandoned = True
+        self._inner("abandon")
+
+    def expire(self) -> None:
+        self._inner("expire")
+
+    def _inner(self, what: str) -> None:
+        inner = self.inner
+        if isinstance(inner, tuple):
+            inner[0].cancel(inner[1])
+        elif inner is not None:
+            getattr(inner, what)()
 
 
 class Router:
@@ -96,7 +121,8 @@ class Router:
         self.max_outstanding_bytes = limits.get("max_outstanding_bytes", DEFAULT_MAX_OUTSTANDING)
         self.max_payload = max((o.get("max_payload", DEFAULT_MAX_PAYLOAD) for o in self.options.values()),
                                default=DEFAULT_MAX_PAYLOAD)
-        self.directory = JobDirectory()
+        #: where jobs were last seen, learnt from answers (a job never seen: its id's home knows)
+        self.jobs = JobCache()
         #: which shard made each job number (None: numbers of each shard's residue class)
         self.numbers = NumberFile(numbers) if numbers is not None else None
         handoffs = (self._moved_back, self._gone) if direct_path else None
@@ -234,8 +260,6 @@ class Router:
         route = command.route
         if route == BY_NAME:
             shard = self.shard_for(command.key)
-            if command.new_id and self.directory.shard_of(command.new_id) not in (None, shard):
-                return SERVE   # an id another shard holds: checked here
         elif route == BY_NAMES:
             shards = {self.shard_for(name) for name in command.key}
             if len(shards) != 1:
@@ -254,7 +278,7 @@ class Router:
         if link.handoff is None:
             return False
         move = Move(connection.protocol, self.options.get(connection.protocol, {}), state, unread,
-                    connection.origin, self.index, 0, connection.moves, connection.limits)
+                    connection.origin, self.index, connection.moves, connection.limits)
         try:
             link.handoff.send_move(connection._fd, move)
         except OSError as err:
@@ -266,9 +290,6 @@ class Router:
     def _moved_back(self, link: ShardLink, fd: int, move: Move) -> None:
         """A shard handed a connection back: serve it from its first unread request."""
         link.moved.discard(move.origin)
-        deadline = time.monotonic() + HANDBACK_WAIT
-        while link.frames_seen() < move.frames and time.monotonic() < deadline:
-            gevent.sleep(0.001)   # jobs it made are in frames sent before: learn them first
         try:
             sock = socket.socket(fileno=fd)
             codec = load_codec(move.protocol)(**move.options)
@@ -323,6 +344,8 @@ class Router:
 
     def _execute(self, connection: ClientConnection, command: Command,
                  callback: Callable[[Reply], None]) -> Any:
+        if command.op == "lease" and len(self.links) > 1:
+            callback = self._learning(callback)
         if command.op == "lease" and connection.codec.leases_end_with_connection \
                 and command.route == BY_NAME:
             pending = self.route(command, callback, connection.id)
@@ -331,6 +354,18 @@ class Router:
             connection.owned.add(pending[0])
             return pending
         return self.route(command, callback)
+
+    def _learning(self, callback: Callable[[Reply], None]) -> Callable[[Reply], None]:
+        """``callback``, learning where a leased job lives on the way (its
+        worker's ``complete`` will name it)."""
+        jobs = self.jobs
+
+        def learnt(reply: Reply) -> None:
+            if reply[0] == OK:
+                view = as_lease(reply[1])
+                jobs.place(view.id, view.shard)
+            callback(reply)
+        return learnt
 
     def connection_closed(self, connection: ClientConnection) -> None:
         """End what ends with the connection: its owned leases, shard by shard."""
@@ -350,13 +385,7 @@ class Router:
             args = command.args if owner is None else (*command.args, owner)
             return link, link.call(command.op, args, callback)
         if route == BY_ID:
-            shard = self.directory.shard_of(command.key)
-            if shard is None or shard == SHARED:
-                # Unknown (maybe made on a shard directly, or by another router,
-                # an instant ago) or ambiguous: the owner answers, the rest NOT_FOUND.
-                return FirstFound(self.links, command.op, command.args, callback)
-            link = self.links[shard]
-            return link, link.call(command.op, command.args, callback)
+            return self._by_id(command, callback)
         if route == BY_NUMBER:
             return self._by_number(command, callback)
         if route == BY_NAMES:
@@ -389,46 +418,89 @@ class Router:
         link = self.links[shard]
         return link, link.call(command.op, command.args, callback)
 
-    def _create(self, command: Command, link: ShardLink, callback: Callable[[Reply], None],
-                slot: Optional[int] = None) -> Any:
-        """A command that makes a job: its id must be new on every shard.
+    def home_of(self, id: str) -> int:
+        """The shard where job id ``id`` is at home (it knows where the job lives)."""
+        return shard_for(id, len(self.links))
 
-        The queue's own shard rejects an id it holds; an id the directory
-        places on another shard is checked there first (FIFO links keep this
-        exact even for two adds racing each other).
-        """
-        id = command.new_id
-        if id == SERVER_ID:
-            return self._forward_new(command, link, str(uuid.uuid4()), callback, slot)
-        known = self.directory.shard_of(id)
-        if known is None or known == link.index:
-            return self._forward_new(command, link, id, callback, slot)
-        elsewhere = self.links if known == SHARED else [self.links[known]]
+    def _by_id(self, command: Command, callback: Callable[[Reply], None]) -> Any:
+        """A request naming only a job: to the shard it was last seen on, or
+        else the one its id's home says (a NOT_FOUND from a hinted shard is
+        checked with the home: the job may have moved)."""
+        id = command.key
+        if len(self.links) == 1:
+            link = self.links[0]
+            return link, link.call(command.op, command.args, callback)
+        seen = self.jobs.shard_of(id)
+        if seen is None:
+            return self._locate(command, callback)
+        link = self.links[seen]
 
-        def checked(reply: Reply) -> None:
-            if reply[0] == OK:
-                callback([CLIENT_ERROR, "Duplicate job"])
-            elif reply[0] == NOT_FOUND:
-                self._forward_new(command, link, id, callback, slot)
+        def answered(reply: Reply) -> None:
+            if reply[0] == NOT_FOUND:
+                self.jobs.forget(id, seen)
+                self._locate(command, callback, not_at=seen)
             else:
                 callback(reply)
 
-        return FirstFound(elsewhere, "exists", [id], checked)
+        return link, link.call(command.op, command.args, answered)
 
-    def _forward_new(self, command: Command, link: ShardLink, id: str,
-                     callback: Callable[[Reply], None], slot: Optional[int] = None) -> Any:
-        directory = self.directory
-        fresh = directory.place(id, link.index)
-        args = command.args._replace(id=id)
+    def _locate(self, command: Command, callback: Callable[[Reply], None],
+                not_at: Optional[int] = None) -> Any:
+        """Ask the id's home where the job lives, then send it there; a job
+        no shard holds is NOT_FOUND."""
+        id = command.key
+        pending = Located()
+
+        def located(reply: Reply) -> None:
+            if pending.abandoned:
+                return
+            if reply[0] == NOT_FOUND or (reply[0] == OK and reply[1] == not_at):
+                callback([NOT_FOUND, ""])
+            elif reply[0] != OK or reply[1] == SHARED:
+                # The home is out of reach (or two jobs' hashes meet there): the owner answers.
+                pending.inner = FirstFound(self.reachable_links(), command.op, command.args, callback)
+            else:
+                shard = reply[1]
+                self.jobs.place(id, shard)
+                link = self.links[shard]
+                pending.inner = (link, link.call(command.op, command.args, callback))
+
+        self._ask_home(id, located, pending)
+        return pending
+
+    def reachable_links(self) -> List[ShardLink]:
+        return self.links
+
+    def _ask_home(self, id: str, located: Callable[[Reply], None], pending: "Located") -> None:
+        """``locate`` at the id's home."""
+        home = self.links[self.home_of(id)]
+        pending.inner = (home, home.call("locate", [id], located))
+
+    def _create(self, command: Command, link: ShardLink, callback: Callable[[Reply], None],
+                slot: Optional[int] = None) -> Any:
+        """A command that makes a job, to its queue's shard. The shard makes
+        sure the id is new server-wide (it claims it at the id's home); a
+        server-made id is made at home on that shard, so it needs no claim."""
+        id = command.new_id
+        if id == SERVER_ID:
+            id = self.new_id(link.index)
+        jobs = self.jobs
+        jobs.place(id, link.index)   # at once: a request for it pipelined behind the add follows it there
 
         def created(reply: Reply) -> None:
-            status = reply[0]
-            if fresh and (status == CLIENT_ERROR or status == SERVER_ERROR
-                          or (status == OK and reply[1] is None)):
-                directory.forget(id, link.index)  # refused, or dropped as a duplicate payload
+            if reply[0] != OK or reply[1] is None:   # refused, or dropped as a duplicate payload
+                jobs.forget(id, link.index)
             callback(reply)
 
-        return link, link.call(command.op, args, created, slot)
+        return link, link.call(command.op, command.args._replace(id=id), created, slot)
+
+    def new_id(self, shard: int) -> str:
+        """A fresh id whose home is ``shard`` (tries a few; any id would do)."""
+        for _ in range(64):
+            id = str(uuid.uuid4())
+            if self.home_of(id) == shard:
+                return id
+        return id
 
     def withdraw(self, pending: Any) -> None:
         if isinstance(pending, tuple):
@@ -455,7 +527,7 @@ class Router:
         if undo is not None:
             op, args, view = undo
             if op == "restore":
-                self.directory.place(view.id, view.shard)
+                self.jobs.place(view.id, view.shard)
             self.links[view.shard].call(op, args, ignore)
 
     # ----------------------------------------------------------- merging
@@ -482,15 +554,9 @@ class Router:
 
     # ------------------------------------------------------- shard events
     def _shard_event(self, link: ShardLink, kind: str, body: Any) -> None:
-        if kind == "forgotten":
-            self.directory.forget_all(body, link.index)
-        elif kind == "placed":  # jobs another router made
-            self.directory.learn(link.index, body)
-        elif kind == "hello":
-            self.directory.learn(body["shard"], body["jobs"])
+        """A shard's note (its hello: in a cluster, the slots it serves)."""
 
     def _shard_down(self, link: ShardLink) -> None:
-        self.directory.forget_shard(link.index)
         if link.moved:   # the connections it served died with it
             self.clients -= len(link.moved)
             link.moved.clear()

@@ -194,10 +194,6 @@ class ShardLink:
         return gevent.spawn(self.handoff.receive, lambda fd, move: on_move(self, fd, move),
                             lambda gone: on_gone(self, gone))
 
-    def frames_seen(self) -> int:
-        """Frames handled from the shard since the link came up."""
-        return self.channel.received if self.channel is not None else 0
-
     def _handle(self, frame: list) -> None:
         if frame[0] == 0:
             self._on_event(self, frame[1], frame[2])

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import uuid
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from gevent import socket
@@ -84,7 +83,7 @@ class DirectServer:
                 callback: Callable[[Reply], None]) -> Optional[Any]:
         args = command.args
         if command.new_id == SERVER_ID:
-            args = args._replace(id=str(uuid.uuid4()))
+            args = args._replace(id=self.shard.new_id())
         elif command.op == "lease" and connection.codec.leases_end_with_connection:
             args = (*args, connection.id)
             connection.owned = True
@@ -107,10 +106,6 @@ class DirectServer:
             callback(reply)
 
     def after_requests(self) -> None:
-        # Routers hear of new jobs in this loop turn, before the clients get
-        # their answers (link frames leave first): a request that follows an
-        # answer finds the job in their directory.
-        self.shard.send_placed()
         self.shard.schedule_after_batch()
 
     # ------------------------------------------------------------- leaving
@@ -153,9 +148,9 @@ class DirectServer:
         if home is None:
             return False
         channel, router, options = home
-        self.shard.flush_links()   # frames it made (jobs placed) go first
+        self.shard.flush_links()   # what it caused goes first
         move = Move(connection.protocol, options, state, unread, connection.origin, router,
-                    self.shard.frames_sent(router), connection.moves, connection.limits)
+                    connection.moves, connection.limits)
         try:
             channel.send_move(connection._fd, move)
         except OSError as err:

@@ -2,11 +2,17 @@
 
 The router sends ``[request_id, op, args]`` frames; the shard answers
 ``[request_id, reply]`` as soon as the engine has an answer, which for a
-parked lease may be much later. Frames with request id 0 are shard events:
-``hello`` (on connect: the jobs it holds, for the router's directory) and
-``forgotten`` (jobs that left the shard). A router's control frames (id 0)
-are ``cancel`` (withdraw a parked request), ``closed`` (a client connection
-is gone) and ``clients`` (how many clients it serves).
+parked lease may be much later. Frames with request id 0 are events: the
+shard's ``hello`` (on connect; in a cluster, its slots), and a router's
+control frames ``cancel`` (withdraw a parked request), ``closed`` (a client
+connection is gone) and ``clients`` (how many clients it serves).
+
+Each shard is also the *home* of the job ids that hash to it
+(:mod:`.idhome`): other shards claim new ids there and say when their jobs
+leave, and routers ask it where a job lives (``locate``); it links to the
+other shards for that (:mod:`.peers`). Nobody hears of jobs as they are
+made: a router learns where a job is from the answers it carries, and asks
+the id's home about any other.
 
 When a router's link is lost, every connection of that router is treated
 as closed: its parked requests are withdrawn and jobs leased to its
@@ -21,8 +27,9 @@ import logging
 import os
 import sys
 import time
+import uuid
 from functools import partial
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional
 
 import gevent
 from gevent import socket
@@ -31,10 +38,14 @@ from gevent.pool import Group
 
 from ..engine import Engine
 from ..engine.effects import Effects
-from ..engine.status import OK, SERVER_ERROR, Reply
+from ..engine.status import NOT_FOUND, OK, SERVER_ERROR, Reply
 from ..lifecycle import EXIT_REFUSED
 from ..store import StoreError
 from .durability import Durability
+from .idhome import IdHome
+from .peers import DUPLICATE, GRANTED, Peers
+from ..router.shardlink import Address
+from ..router.slotmap import SlotMap
 from .history import Context, HistoryWriter
 from ..net.channel import FrameChannel
 from ..net.handoff import HandoffChannel, handoff_path, listen_seqpacket
@@ -51,7 +62,6 @@ from ..lifecycle import die_with_supervisor, setup_logging, stop_event
 
 log = logging.getLogger("queueserver.shard")
 
-HELLO_CHUNK = 10000
 
 
 def now_us() -> int:
@@ -80,10 +90,13 @@ class Shard:
         self.router_channels: Dict[int, int] = {}   # router index -> its channel
         #: what the engine's steps caused that is still to be carried out
         self._later: list = []          # (token, reply) answers to parked requests
-        self._placed: list = []         # ids of jobs made here, for the routers' directories
-        self._forgotten: list = []      # ids of jobs that left
-        #: whether routers must hear of the jobs made here (several routers, or the direct path)
-        self._tell_placed = self._routers_need_placed()
+        #: the registry of the job ids homed here, and the links to the other shards
+        self.home = IdHome(index, self.engine.jobs.__contains__, self._ask_peer)
+        self.peers: Optional[Peers] = None
+        #: whether the id home waits (a while) for every other shard's job list before it answers
+        self.await_peers = True
+        self._homed: Dict[int, list] = {}   # shard -> ids listed for it, page by page
+        self._unchecked_logged = 0.0
         #: the shard's log, when it is durable (None: jobs live in memory only)
         self.durability: Optional[Durability] = None
         if data_dir is not None:
@@ -132,12 +145,192 @@ class Shard:
         now = now_us()
         fx = self.engine.execute(op, args, now, token)
         self._take(fx)
+        reply = fx.reply
+        if fx.placed and op in _NUMBERED and token is not None:
+            reply = self._claim(fx.placed[0], token, reply)
         if fx.history is not None:
-            if fx.reply is None and context is not None:
+            if reply is None and context is not None:
                 self._contexts[token] = context   # parked: a lease may go to it later
             if fx.history:
                 self.history.record(fx.history, now, context, self._lessee(token, context))
-        return fx.reply
+        return reply
+
+    # ------------------------------------------------------------- id homes
+    def home_of(self, id: str) -> int:
+        """The shard where job id ``id`` is at home (:mod:`.idhome`)."""
+        if self.peers is not None:
+            return self.peers.home_of(id)
+        return shard_for(id, self.shards) if self.cluster is None else self.index
+
+    def _claim(self, id: str, token, reply: Optional[Reply]) -> Optional[Reply]:
+        """A job was just made with ``id``: unless its home is sure no other
+        job has it, hold the answer (``reply``; None for a ``run``, which
+        waits anyway) until the home grants the id; if it refuses, the job
+        goes and the answer is the refusal."""
+        home = self.home_of(id)
+        if home == self.index and self.home.ready and self.home.entries.shard_of(id) is None:
+            return reply   # at home here, and no other shard's job has the id
+
+        def verdict(result: Reply) -> None:
+            if result[0] == SERVER_ERROR:
+                # The home is out of reach: a shard that is down must not stop
+                # adds to every live queue. The id is taken as new; the home
+                # learns of the job from this shard's list when it is back.
+                self._home_unreachable(home, result)
+                result = GRANTED
+            if result[0] != OK:
+                self.execute("withdraw_new", (id,))
+                if reply is not None:
+                    self._later.append((token, result))
+            elif reply is not None:
+                self._later.append((token, reply))
+            self.schedule_after_batch()
+
+        if home == self.index:
+            self.home.claim(id, self.index, lambda granted: verdict(GRANTED if granted else DUPLICATE))
+        elif self.peers is None:
+            return reply
+        else:
+            self.peers.claim(id, verdict)
+        return None
+
+    def _home_unreachable(self, home: int, error: Reply) -> None:
+        now = time.monotonic()
+        if now - self._unchecked_logged > 10:
+            self._unchecked_logged = now
+            log.warning("shard %d: the home of some job ids (%s) cannot be asked (%s); it learns of "
+                        "their jobs from this shard once it is back, and new ids are taken as new "
+                        "unchecked until then", self.index, f"shard {home}" if home >= 0 else "a shard",
+                        error[1])
+
+    def _home_batch(self, op: str, ids: List[str], results: Callable[[List[Reply]], None]) -> None:
+        """Claims of (or jobs moved in with) ids homed here, from this very shard."""
+        if op == "register":
+            self.home.register(ids, self.index)
+            results([[OK, True]] * len(ids))
+            return
+        out: List[Reply] = [GRANTED] * len(ids)
+        left = [len(ids)]
+
+        def one(i: int, granted: bool) -> None:
+            out[i] = GRANTED if granted else DUPLICATE
+            left[0] -= 1
+            if left[0] == 0:
+                results(out)
+
+        for i, id in enumerate(ids):
+            self.home.claim(id, self.index, partial(one, i))
+
+    def _ask_peer(self, shard: int, op: str, args: list, callback) -> None:
+        if self.peers is None:
+            callback([NOT_FOUND, ""])
+        else:
+            self.peers.ask(shard, op, args, callback)
+
+    def _link_peers(self) -> Optional[Peers]:
+        """Links to the other shards: this host's over their Unix sockets, a
+        cluster's others over authenticated TCP (None: the only shard)."""
+        directory = os.path.dirname(self.path)
+        cluster = self.cluster
+        if cluster is None:
+            if self.shards == 1:
+                return None
+            return Peers(self.index, [os.path.join(directory, f"shard-{i}.sock") for i in range(self.shards)],
+                         self._peer_up, self._home_batch)
+        spec = cluster.spec
+        removed = {node.name for node in spec.nodes if node.removed}
+        addresses: List[Address] = []
+        for shard in spec.shards():
+            if shard.node == cluster.me.node:
+                addresses.append(os.path.join(directory, f"shard-{shard.index}.sock"))
+            else:
+                addresses.append(None if shard.node in removed else (shard.host, shard.port))
+        peers = Peers(self.index, addresses, self._peer_up, self._home_batch,
+                      linkauth.client_credentials(spec.secret_file, spec.tls), SlotMap(spec.founders()),
+                      self._more_peers)
+        summary = self.engine.slots.summary()
+        peers.learn(self.index, summary["served"], summary["hints"])
+        return peers
+
+    def _more_peers(self) -> None:
+        """Nodes appended to the cluster file since the start (``cluster
+        add-node``): their shards are linked to, as they are to routers."""
+        try:
+            spec = load_cluster(self.cluster.spec.path)
+        except ValueError as err:
+            log.warning("shard %d: a shard is new, and the cluster file cannot be read: %s", self.index, err)
+            return
+        for shard in spec.shards():
+            if shard.ordinal not in self.peers.links and shard.ordinal != self.index and not any(
+                    node.removed for node in spec.nodes if node.name == shard.node):
+                log.info("shard %d: linking to shard %s (ordinal %d) of node %s", self.index, shard.name,
+                         shard.ordinal, shard.node)
+                self.peers.add(shard.ordinal, (shard.host, shard.port))
+
+    def new_id(self) -> str:
+        """A fresh job id at home here (a server-made id: its home is its job's shard)."""
+        while True:
+            id = str(uuid.uuid4())
+            if self.home_of(id) == self.index:
+                return id
+
+    def _home_ticks(self) -> None:
+        """Until every other shard has listed its jobs at home here (or too long went by)."""
+        while not self.home.ready:
+            gevent.sleep(1.0)
+            self.home.tick()
+
+    def _peer_up(self, shard: int) -> None:
+        """A link to ``shard`` came up: it lists its jobs at home here, page by page."""
+        self.home.listing(shard)
+        ids: list = []
+
+        def page(reply: Reply) -> None:
+            if reply[0] != OK:   # gone again: it lists them when it is back
+                return
+            ids.extend(reply[1]["ids"])
+            if reply[1]["next"] is None:
+                self.home.listed(shard, ids)
+                log.info("shard %d: shard %d has %d jobs with ids at home here", self.index, shard, len(ids))
+            else:
+                self.peers.ask(shard, "homed", [self.index, reply[1]["next"]], page)
+
+        self.peers.ask(shard, "homed", [self.index, 0], page)
+
+    def _home_op(self, channel: FrameChannel, req_id: int, op: str, args) -> None:
+        """A request about ids homed here, or about this shard's jobs of another home."""
+        send = partial(_send_reply, channel, req_id)
+        if op == "register":   # jobs of another shard that moved there (a slot move)
+            self.home.register(args[1], args[0])
+            send([OK, [True] * len(args[1])])
+        elif op == "claims":
+            shard, ids = args
+            verdicts: list = [None] * len(ids)
+            left = [len(ids)]
+
+            def one(i: int, granted: bool) -> None:
+                verdicts[i] = granted
+                left[0] -= 1
+                if left[0] == 0:
+                    send([OK, verdicts])
+
+            for i, id in enumerate(ids):
+                self.home.claim(id, shard, partial(one, i))
+            if not ids:
+                send([OK, []])
+        elif op == "locate":
+            def located(shard: Optional[int]) -> None:
+                send([OK, shard] if shard is not None else [NOT_FOUND, ""])
+            self.home.locate(args[0], located)
+        elif op == "homed":   # the jobs here whose home is ``home``, a page at a time
+            home, start = args
+            if start == 0:
+                self._homed[home] = [id for id in self.engine.jobs if self.home_of(id) == home]
+            ids = self._homed.get(home, [])
+            end = start + HOMED_PAGE
+            if end >= len(ids):
+                self._homed.pop(home, None)
+            send([OK, {"ids": ids[start:end], "next": end if end < len(ids) else None}])
 
     def _take_numbers(self) -> Optional[Reply]:
         """A fresh block of job numbers, before a request that makes a job;
@@ -168,15 +361,23 @@ class Shard:
 
     def _take(self, fx: Effects) -> None:
         """Keep what a step caused, to be carried out at the end of the batch
-        (a durable shard's log gets its events at once)."""
+        (a durable shard's log gets its events at once); jobs that left are
+        forgotten at their ids' homes."""
         if self.durability is not None:
             self.durability.record(fx)
         if fx.later:
             self._later += fx.later
-        if fx.placed and self._tell_placed:
-            self._placed += fx.placed
-        if fx.forgotten:
-            self._forgotten += fx.forgotten
+        if fx.forgotten and self.peers is not None:
+            home_of, index, away = self.home_of, self.index, None
+            for id in fx.forgotten:
+                home = home_of(id)
+                if home != index:
+                    if away is None:
+                        away = {}
+                    away.setdefault(home, []).append(id)
+            if away:
+                for home, ids in away.items():
+                    self.peers.forget(home, ids)
 
     def answer(self, send: Callable[[Reply], None], reply: Reply) -> None:
         """``send(reply)``; on a durable shard, once the log holds every
@@ -247,6 +448,12 @@ class Shard:
         # The supervisor publishes the ports once every shard is ready.
         open(self.path + ".ready", "w").close()
         self._tasks.spawn(self._timer_loop)
+        self.peers = self._link_peers()
+        if self.peers is not None and self.await_peers:
+            self.home.expect(self.peers.links)
+            self._tasks.spawn(self._home_ticks)
+        else:
+            self.home.expect(())
         if self.cluster is not None:
             self._tasks.spawn(self.cluster.listen, self._serve_channel)
         while True:
@@ -270,9 +477,6 @@ class Shard:
         cid = next(self._ids)
         channel = FrameChannel(sock)
         self.channels[cid] = channel
-        # With several routers, or connections served here directly, every
-        # router must hear of the jobs made without it.
-        self._tell_placed = self._routers_need_placed()
         self._hello(channel)
         execute = self.execute
         durability = self.durability
@@ -281,8 +485,10 @@ class Shard:
 
         def handle(frame: list) -> None:
             req_id, op, args = frame[0], frame[1], frame[2]
-            if req_id == 0:  # a control frame from the router
-                if op == "cancel":  # withdraw this channel's parked request
+            if req_id == 0:  # a control frame from a router (or, forget, another shard)
+                if op == "forget":  # jobs of another shard that left it, ids homed here
+                    self.home.forget(args[1], args[0])
+                elif op == "cancel":  # withdraw this channel's parked request
                     execute("cancel", ((cid, args),))
                 elif op == "closed":  # a client connection of that router is gone
                     execute("disown", ((cid, args),))
@@ -291,17 +497,25 @@ class Shard:
                 elif op == "router":  # which router this channel belongs to
                     self.router_channels[args] = cid
                 return
+            if op == "homed":   # a home lists the jobs of its ids here (no slot: never MOVED)
+                self._home_op(channel, req_id, op, args)
+                return
             if cluster is not None:
                 if op in _CLUSTER_OPS:
                     self._cluster_op(channel, req_id, op, args)
                     return
-                verdict = cluster.verdict(engine, args, frame[4] if len(frame) > 4 else None)
-                if verdict is not None:
-                    if verdict.__class__ is list:
-                        channel.send([req_id, verdict])
-                    else:
-                        cluster.hold(verdict, partial(_send_reply, channel, req_id))
-                    return
+                slots = frame[4] if len(frame) > 4 else None
+                if slots is not None or op not in _HOME_OPS:
+                    verdict = cluster.verdict(engine, args, slots)
+                    if verdict is not None:
+                        if verdict.__class__ is list:
+                            channel.send([req_id, verdict])
+                        else:
+                            cluster.hold(verdict, partial(_send_reply, channel, req_id))
+                        return
+            if op in _HOME_OPS:
+                self._home_op(channel, req_id, op, args)
+                return
             try:
                 reply = execute(op, args, (cid, req_id), frame[3] if len(frame) > 3 else None)
             except Exception as err:  # a bug must not take the shard down
@@ -324,7 +538,6 @@ class Shard:
             self.router_clients.pop(cid, None)
             for router in [r for r, c in self.router_channels.items() if c == cid]:
                 del self.router_channels[router]
-            self._tell_placed = self._routers_need_placed()
             # The router is gone: so is every connection it served.
             engine = self.engine
             for token in [t for t in engine.waiters if t[0] == cid]:
@@ -334,21 +547,13 @@ class Shard:
             self._after_batch()
             channel.close()
 
-    def _routers_need_placed(self) -> bool:
-        """Whether routers must hear of every job made here: when some job is
-        made without them (several routers, the direct path, a cluster's
-        routers on other hosts)."""
-        return len(self.channels) > 1 or self.direct_path or self.cluster is not None
-
     def _hello(self, channel: FrameChannel) -> None:
-        """Tell a (re)connected router which jobs live here (and, in a
-        cluster, which slots: routers keep their slot maps from these)."""
-        jobs = list(self.engine.jobs)
-        for start in range(0, max(len(jobs), 1), HELLO_CHUNK):
-            hello = {"shard": self.index, "jobs": jobs[start:start + HELLO_CHUNK]}
-            if start == 0 and self.engine.slots is not None:
-                hello["slots"] = self.engine.slots.summary()
-            channel.send([0, "hello", hello])
+        """Greet a (re)connected router or shard (in a cluster, with the
+        slots served here: routers keep their slot maps from these)."""
+        hello: Dict[str, object] = {"shard": self.index}
+        if self.engine.slots is not None:
+            hello["slots"] = self.engine.slots.summary()
+        channel.send([0, "hello", hello])
 
     def _cluster_op(self, channel: FrameChannel, req_id: int, op: str, args) -> None:
         """A request of ``queueserver cluster`` (or a router asking for the map)."""
@@ -360,7 +565,37 @@ class Shard:
         move = slots.moves.get(args[0]) if op == "move_done" else None
         named = from_ranges(args[0]) if op in ("move_in", "move_out") else ()
         fresh = op == "move_in" and any(slots.epochs[slot] < args[1] for slot in named)
-        reply = self.execute(op, args)
+        homes = args[4] if op == "move_in" and len(args) > 4 else None
+        reply = self.execute(op, args[:4] if op == "move_in" else args)
+        if reply[0] == OK and op == "move_out" and (len(args) < 4 or args[3] == 0):
+            # the ids homed in these slots go along with them (their home moves)
+            reply[1]["homes"] = self.home.entries.export(set(named))
+        if reply[0] == OK and op == "move_in":
+            if homes:
+                self.home.entries.import_(homes)
+            if fresh and (len(args) < 4 or args[3]) and self.peers is not None and self.peers.slots is not None:
+                self.peers.slots.ranges_set(args[0], self.index, args[1])
+            ids = [event[1] for event in args[2]]
+            if ids and self.peers is not None:   # their homes learn they live here before the move ends
+                self.peers.register(ids, lambda replies: self._moved_in(channel, req_id, op, args, reply,
+                                                                        fresh, named, replies))
+                return
+        if reply[0] == OK and move is not None:
+            self.home.entries.export(set(from_ranges(move.ranges)), drop=True)
+            if self.peers is not None and self.peers.slots is not None:
+                self.peers.slots.ranges_set(move.ranges, move.target, move.epoch)
+        self._cluster_answer(channel, req_id, op, args, reply, fresh, named, move)
+
+    def _moved_in(self, channel: FrameChannel, req_id: int, op: str, args, reply: Reply, fresh: bool,
+                  named, registered: List[Reply]) -> None:
+        failed = [r for r in registered if r[0] != OK]
+        if failed:   # a home out of reach learns of them from this shard's list once it is back
+            self._home_unreachable(-1, failed[0])
+        self._cluster_answer(channel, req_id, op, args, reply, fresh, named, None)
+
+    def _cluster_answer(self, channel: FrameChannel, req_id: int, op: str, args, reply: Reply,
+                        fresh: bool, named, move) -> None:
+        slots = self.engine.slots
         if reply[0] == OK:
             if fresh and (len(args) < 4 or args[3]):   # the last part: the slots are ours now
                 log.info("shard %s took %d slots (epoch %d), %d jobs in the last part",
@@ -392,6 +627,8 @@ class Shard:
         request that still arrives on a handed-over connection is refused)."""
         self.stopping = True
         self._tasks.kill()
+        if self.peers is not None:
+            self.peers.stop()
         if self.cluster is not None:
             self.cluster.stop()
 
@@ -402,18 +639,8 @@ class Shard:
             gevent.get_hub().loop.run_callback(self._after_batch)
 
     def flush_links(self) -> None:
-        """Send what the engine produced for the routers now (before a hand-back)."""
+        """Carry out now what the engine produced (before a hand-back)."""
         self._after_batch()
-
-    def send_placed(self) -> None:
-        """Tell every router of the jobs made here without it (its directory)."""
-        if self._placed:
-            placed, self._placed = self._placed, []
-            self._broadcast([0, "placed", placed])
-
-    def frames_sent(self, router: int) -> int:
-        channel = self.channels.get(self.router_channels.get(router, -1))
-        return channel.sent if channel is not None else 0
 
     def _after_batch(self) -> None:
         """Carry out what the engine's steps caused beside their own replies:
@@ -436,11 +663,6 @@ class Shard:
                 channel = self.channels.get(cid)
                 if channel is not None:
                     self.answer(partial(_send_reply, channel, token[1]), reply)
-        if self._placed:
-            self.send_placed()
-        if self._forgotten:
-            forgotten, self._forgotten = self._forgotten, []
-            self._broadcast([0, "forgotten", forgotten])
         if self.durability is not None:
             self.durability.commit()
             self.durability.maybe_compact(engine)
@@ -466,6 +688,10 @@ class Shard:
                 log.exception("shard %d: timer failed", self.index)
             self._after_batch()
 
+
+#: requests about the ids homed here (:mod:`.idhome`)
+_HOME_OPS = frozenset(("claims", "register", "locate", "homed"))
+HOMED_PAGE = 50000   # ids per page of a "homed" answer
 
 #: requests that make a job, and so a job number
 _NUMBERED = frozenset(("add", "run"))

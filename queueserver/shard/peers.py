@@ -1,0 +1,249 @@
+"""A shard's links to the other shards of its server (or cluster), for the
+id homes' traffic (:mod:`.idhome`): claims of new ids, jobs that left or
+moved in, and the job lists a home asks for when a link comes up.
+
+The links are the routers' :class:`~queueserver.router.shardlink.ShardLink`
+(reconnecting, answered out of order). What one loop turn produces for a
+home leaves in one frame: every id claimed there in one ``claims`` request,
+every job gone in one ``forget`` note, so the frames per job fall as the
+load rises and never grow with the number of shards.
+
+An id's home is the shard that serves a queue of the same name: on one
+host its hash, in a cluster the owner of its slot, which this shard learns
+as routers do (the shards' hellos and their news of slots taken and given).
+A home that no longer serves a slot answers ``MOVED``; the ids go again,
+to the owner it names (or, when it names none, the one every shard's
+account of its slots shows).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import gevent
+
+from ..cluster.slots import slot_of
+from ..engine.status import CLIENT_ERROR, MOVED, NOT_FOUND, OK, SERVER_ERROR, Reply
+from ..router.shardlink import Address, ShardLink
+from ..router.slotmap import SlotMap
+from ..sharding import shard_for
+
+log = logging.getLogger("queueserver.shard")
+
+LINK_WAIT = 3.0          # seconds a request waits for a link that is not up yet
+MAX_REDIRECTS = 8
+RETRY_DELAY = 0.005      # seconds before ids go again after a MOVED (doubling each time)
+
+#: ``[OK, None]``: granted; ``[CLIENT_ERROR, "Duplicate job"]``; or the
+#: error that kept the home from answering (the id cannot be known unique)
+Verdict = Callable[[Reply], None]
+GRANTED: Reply = [OK, None]
+DUPLICATE: Reply = [CLIENT_ERROR, "Duplicate job"]
+Results = Callable[[List[Reply]], None]
+#: ``local(op, ids, results)``: a batch whose home is this very shard
+Local = Callable[[str, List[str], Results], None]
+
+
+class Peers:
+    """Links from shard ``index`` to every other shard of ``addresses``;
+    ``slots``: in a cluster, the map of which shard serves each slot."""
+
+    def __init__(self, index: int, addresses: Sequence[Address], on_up: Callable[[int], None],
+                 local: Local, auth: Optional[Tuple[bytes, Any]] = None,
+                 slots: Optional[SlotMap] = None, grow: Callable[[], None] = lambda: None) -> None:
+        self.index = index
+        self.count = len(addresses)
+        self.slots = slots
+        self._grow = grow     # reads the cluster file again for shards added since the start
+        self._on_up = on_up
+        self._local = local
+        self._auth = auth
+        self.links: Dict[int, ShardLink] = {}
+        for i, address in enumerate(addresses):
+            self.add(i, address)
+        self._claims: List[Tuple[str, Verdict]] = []
+        self._forgets: Dict[int, List[str]] = {}
+        self._scheduled = False
+        #: shard -> requests waiting for its link to come up (at start, or after it restarted)
+        self._waiting: Dict[int, List[Callable[[], None]]] = {}
+
+    def add(self, ordinal: int, address: Address) -> None:
+        """A link to shard ``ordinal`` (none to itself, nor to one with no address)."""
+        if ordinal != self.index and address is not None and ordinal not in self.links:
+            self.links[ordinal] = ShardLink(ordinal, address, self._event, self._down, self._up,
+                                            None, None, self._auth)
+        self.count = max(self.count, ordinal + 1)
+
+    def home_of(self, id: str) -> int:
+        """The shard where ``id`` is at home."""
+        if self.slots is not None:
+            return self.slots.owners[slot_of(id)]
+        return shard_for(id, self.count)
+
+    # ------------------------------------------------------------- sending
+    def claim(self, id: str, verdict: Verdict) -> None:
+        """Claim ``id`` at its home (in this loop turn's one frame to it)."""
+        self._claims.append((id, verdict))
+        self._schedule()
+
+    def forget(self, home: int, ids: List[str]) -> None:
+        self._forgets.setdefault(home, []).extend(ids)
+        self._schedule()
+
+    def register(self, ids: List[str], done: Results) -> None:
+        """Say at their homes that the jobs ``ids`` live here now (moved in)."""
+        self.route("register", ids, done)
+
+    def ask(self, shard: int, op: str, args: list, callback: Callable[[Reply], None]) -> None:
+        link = self.links.get(shard)
+        if link is None:
+            callback([NOT_FOUND, ""])   # no such shard (any more): it holds nothing
+            return
+        self._when_up(link, lambda: link.call(op, args, callback))
+
+    def _schedule(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            gevent.get_hub().loop.run_callback(self.flush)
+
+    def flush(self) -> None:
+        """Send what this loop turn gathered: one claims frame and one forget note per home."""
+        self._scheduled = False
+        claims, self._claims = self._claims, []
+        if claims:
+            def verdicts(replies: List[Reply]) -> None:
+                for (_, verdict), reply in zip(claims, replies):
+                    verdict(reply)
+            self.route("claims", [id for id, _ in claims], verdicts)
+        forgets, self._forgets = self._forgets, {}
+        for home, ids in forgets.items():
+            link = self.links.get(home)
+            if link is not None:
+                link.notify("forget", [self.index, ids])
+
+    # ------------------------------------------------------------- routing
+    def route(self, op: str, ids: List[str], results: Results, attempt: int = 0) -> None:
+        """``op`` for each id at its home (one frame per home); ``results``
+        once, with each id's reply in order."""
+        out: List[Reply] = [None] * len(ids)   # type: ignore[list-item]
+        groups: Dict[int, List[int]] = {}
+        for position, id in enumerate(ids):
+            groups.setdefault(self.home_of(id), []).append(position)
+        left = [len(groups)]
+
+        def done(positions: List[int], replies: List[Reply]) -> None:
+            for position, reply in zip(positions, replies):
+                out[position] = reply
+            left[0] -= 1
+            if left[0] == 0:
+                results(out)
+
+        for home, positions in groups.items():
+            part = [ids[p] for p in positions]
+            self._send(home, op, part, lambda replies, positions=positions: done(positions, replies),
+                       attempt)
+
+    def _send(self, home: int, op: str, ids: List[str], done: Results, attempt: int) -> None:
+        if home == self.index:
+            self._local(op, ids, done)
+            return
+        link = self.links.get(home)
+        if link is None:
+            done([[SERVER_ERROR, f"Shard {home} unavailable"]] * len(ids))
+            return
+        slots = [slot_of(id) for id in ids] if self.slots is not None else None
+
+        def answered(reply: Reply) -> None:
+            if reply[0] == OK:
+                done([GRANTED if value is True else DUPLICATE if value is False else [OK, value]
+                      for value in reply[1]])
+            elif reply[0] == MOVED and attempt < MAX_REDIRECTS:
+                self._moved(reply[1], lambda: self.route(op, ids, done, attempt + 1), attempt)
+            else:
+                done([reply if reply[0] != MOVED else [SERVER_ERROR, "Queue is moving between shards"]]
+                     * len(ids))
+
+        self._when_up(link, lambda: link.call(op, [self.index, ids], answered, slots))
+
+    def _moved(self, where: list, again: Callable[[], None], attempt: int) -> None:
+        """A home gave a slot away: learn its owner (from the hint, or from
+        every shard), then ``again()``."""
+        slot, target, epoch = where
+        if slot is not None and target is not None and self.slots is not None:
+            self.slots.set((slot,), target, epoch)
+            gevent.spawn_later(RETRY_DELAY * (1 << attempt), again)
+            return
+        self.refresh(lambda: gevent.spawn_later(RETRY_DELAY * (1 << attempt), again))
+
+    def refresh(self, then: Callable[[], None]) -> None:
+        """Ask every shard which slots it serves, then ``then()``."""
+        links = list(self.links.values())
+        left = [len(links)]
+        if not links:
+            then()
+            return
+
+        def answered(link: ShardLink, reply: Reply) -> None:
+            if reply[0] == OK and self.slots is not None:
+                self.slots.served(link.index, reply[1]["served"], force=True)
+            left[0] -= 1
+            if left[0] == 0:
+                then()
+
+        for link in links:
+            link.call("slots", [], lambda reply, link=link: answered(link, reply))
+
+    def _when_up(self, link: ShardLink, send: Callable[[], None]) -> None:
+        """``send()`` now, or once the link is up (a shard starting, or
+        restarting); if it is not up within :data:`LINK_WAIT`, then anyway
+        (the link answers with its error)."""
+        if link.up:
+            send()
+            return
+        waiting = self._waiting.get(link.index)
+        if waiting is None:
+            waiting = self._waiting[link.index] = []
+            gevent.spawn_later(LINK_WAIT, self._release, link.index)
+        waiting.append(send)
+
+    def _release(self, shard: int) -> None:
+        for send in self._waiting.pop(shard, ()):
+            send()
+
+    # ------------------------------------------------------------ the links
+    def learn(self, shard: int, served: list, hints: list = ()) -> None:
+        """A shard's account of its slots (its hello, or this shard's own)."""
+        if self.slots is not None:
+            self.slots.served(shard, served)
+            self.slots.hinted(hints)
+
+    def _event(self, link: ShardLink, kind: str, body: Any) -> None:
+        """A shard's note: in a cluster, the slots it serves, takes and gives."""
+        if self.slots is None:
+            return
+        if kind == "hello" and "slots" in body:
+            self.learn(link.index, body["slots"]["served"], body["slots"]["hints"])
+        elif kind == "owns":
+            owner, ranges, epoch = body
+            self._knows(owner)
+            self.slots.ranges_set(ranges, owner, epoch)
+        elif kind == "gave":
+            ranges, target, epoch = body
+            self._knows(target)
+            self.slots.ranges_set(ranges, target, epoch)
+
+    def _knows(self, ordinal: int) -> None:
+        """A shard news names: linked to, once the cluster file says where it is."""
+        if ordinal != self.index and ordinal not in self.links:
+            self._grow()
+
+    def _up(self, link: ShardLink) -> None:
+        self._release(link.index)
+        self._on_up(link.index)
+
+    def _down(self, link: ShardLink) -> None:
+        """Requests in flight are answered with an error by the link itself."""
+
+    def stop(self) -> None:
+        for link in self.links.values():
+            link.stop()
