@@ -14,10 +14,13 @@ aggregate grows with nodes. Two parts, one report:
    per cycle summed over every process of both nodes. The difference is the
    hop's cost. For reference the same with ``--no-direct-path`` on both
    nodes, which splits it into "through the router" and "over the link".
-2. *Aggregate cycles/s for 1, 2 and 3 nodes* of one shard each, load spread
-   over the nodes' routers, each load process talking to its own node about
-   queues its node serves; and one row of 3 nodes whose queues are spread
-   over all slots, so most requests cross nodes. On a small machine the
+2. *Aggregate cycles/s for 1, 2, 3 and 5 nodes* of one shard each, load
+   spread over the nodes' routers, each load process talking to its own node
+   about queues its node serves (with job ids at home on it); one row of 3
+   nodes with random job ids (claimed at their homes), and one whose queues
+   are spread over all slots, so most requests cross nodes. Beside CPU,
+   each row counts the link frames every process sent per cycle: messaging
+   that cannot hide behind the machine's few cores. On a small machine the
    nodes fight for its cores, so the CPU per cycle (which carries over to
    real hosts) is reported beside cycles/s, with a projection from it.
 
@@ -47,6 +50,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from array import array
@@ -62,6 +66,7 @@ sys.path.insert(0, os.path.join(REPO, "tests"))   # the cluster harness the test
 import bench  # noqa: E402
 import loadgen  # noqa: E402
 from cluster_nodes import Nodes, ensure_loopback_aliases  # noqa: E402
+from serverproc import http_get  # noqa: E402
 from loadgen import CYCLE, LoadResult, LoadSpec  # noqa: E402
 from queueserver import __version__  # noqa: E402
 from queueserver.client import Client  # noqa: E402
@@ -77,14 +82,18 @@ HOP_CASES = (
     ("local_no_direct", "local, --no-direct-path: through a's router", False, 0),
     ("remote_no_direct", "remote, --no-direct-path", False, 1),
 )
-#: Part 2's rows: (key, nodes, queues spread over every slot instead of the node's own).
-SCALE_CASES = (("1_own", 1, False), ("2_own", 2, False), ("3_own", 3, False), ("3_spread", 3, True))
+#: Part 2's rows: (key, nodes, queues: "own" (each node's clients on its own
+#: shard's queues, with job ids at home there too), "own, any id" (random
+#: job ids: most adds claim their id at another node) or "all slots").
+SCALE_CASES = (("1_own", 1, "own"), ("2_own", 2, "own"), ("3_own", 3, "own"), ("5_own", 5, "own"),
+               ("3_any_id", 3, "own, any id"), ("3_spread", 3, "all slots"))
 #: The clusters started, in order: (nodes, direct path, the rows measured on it, taking turns).
 PLAN = (
     (2, True, (("hop", "local"), ("hop", "remote"), ("scale", "2_own"))),
     (2, False, (("hop", "local_no_direct"), ("hop", "remote_no_direct"))),
     (1, True, (("scale", "1_own"),)),
-    (3, True, (("scale", "3_own"), ("scale", "3_spread"))),
+    (3, True, (("scale", "3_own"), ("scale", "3_any_id"), ("scale", "3_spread"))),
+    (5, True, (("scale", "5_own"),)),
 )
 
 
@@ -153,6 +162,16 @@ class Cluster:
             pids.update({f"{name}/{role}": pid for role, pid in children.items()})
         return pids
 
+    def link_frames(self) -> int:
+        """Link frames sent so far by every router and shard of every node
+        (their /status): what the cluster spends on messages between its
+        processes, whatever the cores."""
+        total = 0
+        for proc in self.nodes.procs.values():
+            status = json.loads(http_get(proc, "/status"))
+            total += sum(entry.get("link_frames_sent", 0) for entry in status["shards"] + status["routers"])
+        return total
+
     def _wait_linked(self) -> None:
         """A job cycle through every router on every shard: the nodes start
         one after the other, so a router may not have its links yet."""
@@ -175,7 +194,8 @@ class Cluster:
 
 
 # ---------------------------------------------------------------- load
-def run_together(specs: Sequence[LoadSpec]) -> Tuple[LoadResult, List[LoadResult]]:
+def run_together(specs: Sequence[LoadSpec],
+                 on_start: Callable[[int], None] = lambda start_ns: None) -> Tuple[LoadResult, List[LoadResult]]:
     """``loadgen.run`` for several targets at once (it drives one port): every
     target's workers start at the same instant and measure the same window,
     so their cycles add up to the cluster's. The sum, and each target's."""
@@ -200,6 +220,7 @@ def run_together(specs: Sequence[LoadSpec]) -> Tuple[LoadResult, List[LoadResult
         start_ns = time.monotonic_ns() + 50_000_000
         for _, _, pipe in workers:
             pipe.send(start_ns)
+        on_start(start_ns)
         limit = max(s.warmup + s.duration for s in specs) + loadgen.GRACE + 30.0
         parts = [LoadResult(spec=s, seconds=s.duration) for s in specs]
         samples = [(array("q"), array("q")) for _ in specs]
@@ -250,9 +271,11 @@ def measure(cluster: Cluster, specs: Sequence[NamedSpec], opts: argparse.Namespa
     pids = cluster.pids()
     before = {role: bench.cpu_seconds(pid) for role, pid in pids.items()}
     started = time.monotonic()
-    total, parts = run_together(specs)
+    window = FrameWindow(cluster, specs[0].warmup, specs[0].duration)
+    total, parts = run_together(specs, window.start)
     run_s = time.monotonic() - started
     after = {role: bench.cpu_seconds(pid) for role, pid in pids.items()}
+    frames = window.frames()
     cycles = max(1, total.total_ops)
     per = {role: (after[role] - before[role]) / cycles * 1e6 for role in pids}
     out = bench._result_dict(total)
@@ -265,8 +288,36 @@ def measure(cluster: Cluster, specs: Sequence[NamedSpec], opts: argparse.Namespa
                loadgen_cpu_us_per_cycle=total.loadgen_cpu_s / cycles * 1e6,
                per_node_ops_per_s={s.node: r.ops_per_s for s, r in zip(specs, parts)},
                remote_share=_remote_share(cluster, specs), pids=pids,
+               link_frames=frames, link_frames_per_cycle=frames / max(1, total.ops),
                prefill_s=prefill_s, run_s=run_s)
     return out
+
+
+class FrameWindow:
+    """Link frames sent over the measured window only (connections opening
+    and closing around it are not job traffic): read from every node's
+    /status when the window opens and when it closes, from a thread."""
+
+    def __init__(self, cluster: Cluster, warmup: float, duration: float) -> None:
+        self.cluster, self.warmup, self.duration = cluster, warmup, duration
+        self.readings: List[int] = []
+        self._thread: Optional[threading.Thread] = None
+
+    def start(self, start_ns: int) -> None:
+        self._thread = threading.Thread(target=self._read, args=(start_ns,), daemon=True)
+        self._thread.start()
+
+    def _read(self, start_ns: int) -> None:
+        for at in (start_ns + self.warmup * 1e9, start_ns + (self.warmup + self.duration) * 1e9):
+            time.sleep(max(0.0, (at - time.monotonic_ns()) / 1e9))
+            self.readings.append(self.cluster.link_frames())
+
+    def frames(self) -> int:
+        if self._thread is not None:
+            self._thread.join(30)
+        if len(self.readings) != 2:
+            raise RuntimeError("the link frame counts could not be read around the measured window")
+        return self.readings[1] - self.readings[0]
 
 
 def _remote_share(cluster: Cluster, specs: Sequence[NamedSpec]) -> float:
@@ -282,10 +333,13 @@ def _remote_share(cluster: Cluster, specs: Sequence[NamedSpec]) -> float:
 
 
 def _spec(cluster: Cluster, node: str, names: List[bytes], connections: int, procs: int,
-          opts: argparse.Namespace) -> NamedSpec:
+          opts: argparse.Namespace, home: Optional[int] = None) -> NamedSpec:
+    """``home``: job ids all at home on that shard (None: any id)."""
+    slots = None if home is None else frozenset(
+        slot for slot, owner in enumerate(initial_owners(cluster.size)) if owner == home)
     return NamedSpec(protocol="workq", port=cluster.port(node), workload=CYCLE, connections=connections,
                      procs=procs, warmup=opts.warmup, duration=opts.seconds, payload=opts.payload,
-                     names=names, node=node)
+                     names=names, node=node, id_slots=slots)
 
 
 def specs_for(cluster: Cluster, part: str, key: str, opts: argparse.Namespace, prefix: str) -> List[NamedSpec]:
@@ -298,14 +352,15 @@ def specs_for(cluster: Cluster, part: str, key: str, opts: argparse.Namespace, p
         ordinal = next(o for k, _, _, o in HOP_CASES if k == key)
         names = names_on([ordinal], opts.connections, cluster.size, prefix)
         return [_spec(cluster, "a", names, opts.connections, opts.loadgen_procs, opts)]
-    spread = next(sp for k, _, sp in SCALE_CASES if k == key)
+    queues = next(q for k, _, q in SCALE_CASES if k == key)
     n = cluster.size
     specs = []
     for i, node in enumerate(cluster.nodes.names):
         connections = opts.connections // n + (1 if i < opts.connections % n else 0)
-        ordinals = [(i + j) % n for j in range(n)] if spread else [i]
+        ordinals = [(i + j) % n for j in range(n)] if queues == "all slots" else [i]
         specs.append(_spec(cluster, node, names_on(ordinals, connections, n, f"{prefix}-{node}"),
-                           connections, max(1, opts.loadgen_procs // n), opts))
+                           connections, max(1, opts.loadgen_procs // n), opts,
+                           home=i if queues == "own" else None))
     return specs
 
 
@@ -413,29 +468,35 @@ class Report:
             "    µs columns: CPU per cycle of that process; the server column sums all six processes",
         ]
         if idle is not None:
-            lines.append(f"    b's router carries no client, yet spends {idle:.1f} µs/cycle in the local case: every "
-                         "shard tells every router of the jobs it places and forgets (the job directory)")
+            lines.append(f"    b's router carries no client and spends {idle:.1f} µs/cycle in the local case: no "
+                         "router hears of jobs it does not carry (ids are found at their home shard)")
         lines += [
             "",
             f"(2) aggregate, N nodes of 1 shard: {o.connections} connections split evenly over the nodes' "
             f"routers, max(1, {o.loadgen_procs} ÷ N) load processes per node, each on its own node",
             bench.table(["nodes", "queues", "remote", "cycles/s", "per node cycles/s", "req p99 µs",
-                         "routers µs", "shards µs", "superv. µs", "server µs/cycle", "runs' µs",
-                         "loadgen µs/cycle", "errors", "projected cycles/s"],
-                        [self._scale_row(key, n, spread) for key, n, spread in SCALE_CASES]),
+                         "routers µs", "shards µs", "superv. µs", "server µs/cycle", "÷ 1 node", "runs' µs",
+                         "link frames/cycle", "loadgen µs/cycle", "errors", "projected cycles/s", "÷ 1 node"],
+                        [self._scale_row(key, n, queues) for key, n, queues in SCALE_CASES]),
         ]
         if h["cores"] <= 4:
             lines += [
-                f"    THIS MACHINE HAS {h['cores']} CORES: every row is CPU-bound here (3 nodes = 6 server "
-                "processes plus 3 load processes),",
+                f"    THIS MACHINE HAS {h['cores']} CORES: every row is CPU-bound here (5 nodes = 15 server "
+                "processes plus the load processes),",
                 "    so cycles/s cannot grow with nodes on it; what carries to real hosts is the CPU per cycle."]
         lines += [
-            "    With own queues no request crosses, yet µs/cycle grows with N: every shard tells every node's "
-            "router of each job it places",
-            "    and forgets (b's idle router in (1)), and more processes than cores switch more; this machine "
-            "cannot tell the two apart.",
-            "    'remote' = share of connections whose queue another node serves ('own': the node's own "
-            "shard; 'all slots': spread so about 2 of 3 cross).",
+            "    'own': each node's clients on queues of its own shard, with job ids at home there too (as a "
+            "cluster-aware client keeps them);",
+            "    'own, any id': the same queues with random job ids, so (N-1)/N of the adds claim their id at "
+            "another node's shard (one frame there",
+            "    and one back per loop turn, shared by every add of that turn) and tell it when the job is gone; "
+            "'all slots': queues spread so about",
+            "    2 of 3 requests cross. 'remote' = share of connections whose queue another node serves.",
+            "    link frames/cycle = frames sent by every router and shard of every node (their /status) ÷ "
+            "cycles: messaging, whatever the cores.",
+            "    With own queues and ids nothing per job crosses nodes: frames per cycle stay flat as N grows; "
+            "µs per cycle that still grows",
+            "    is these 2 cores shared by 3N+1 processes (context switches, caches), not messages.",
             "    projected = N hosts, each running its node (1 router + 1 shard, one core each) with the load "
             "elsewhere: N × 1e6 / max(router µs, shard µs)",
             "    per node (bench.py's 1-router/1-shard cap). Optimistic: assumes the per-cycle CPU measured "
@@ -459,18 +520,24 @@ class Report:
                 + [bench.fmt_num(r["supervisor_us_per_cycle"], 1), bench.fmt_num(r["server_us_per_cycle"], 1),
                    _spread(r), bench.fmt_num(r["loadgen_cpu_us_per_cycle"], 1), str(r["errors"])])
 
-    def _scale_row(self, key: str, nodes: int, spread: bool) -> List[str]:
-        queues = "all slots" if spread else "own"
+    def _scale_row(self, key: str, nodes: int, queues: str) -> List[str]:
         r = self._get("scale", key)
         if r is None:
-            return [str(nodes), queues, self._status("scale", key)] + [""] * 11
+            return [str(nodes), queues, self._status("scale", key)] + [""] * 14
+        one = self._get("scale", "1_own")
         per_node = " / ".join(bench.fmt_num(v) for v in r["per_node_ops_per_s"].values())
+
+        def ratio(value: float, base: Optional[float]) -> str:
+            return f"{value / base:.2f}×" if base else "-"
         return [str(nodes), queues, f"{r['remote_share']:.0%}", bench.fmt_num(r["ops_per_s"]), per_node,
                 bench.fmt_num(r["latency_us"].get("p99")), bench.fmt_num(r["router_us_per_cycle"], 1),
                 bench.fmt_num(r["shard_us_per_cycle"], 1), bench.fmt_num(r["supervisor_us_per_cycle"], 1),
-                bench.fmt_num(r["server_us_per_cycle"], 1), _spread(r),
+                bench.fmt_num(r["server_us_per_cycle"], 1),
+                ratio(r["server_us_per_cycle"], one["server_us_per_cycle"] if one else None), _spread(r),
+                f"{r['link_frames_per_cycle']:.3f}",
                 bench.fmt_num(r["loadgen_cpu_us_per_cycle"], 1), str(r["errors"]),
-                bench.fmt_num(projected(r, nodes))]
+                bench.fmt_num(projected(r, nodes)),
+                ratio(projected(r, nodes), projected(one, 1) if one else None)]
 
     def to_json(self) -> Dict[str, Any]:
         """The median run of every row (as in the tables; a failed row: its

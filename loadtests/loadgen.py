@@ -44,7 +44,9 @@ import sys
 import time
 from array import array
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, FrozenSet, List, Optional, Sequence
+
+import xxhash
 
 HOST = "127.0.0.1"          # the only address this tool ever connects to
 RECV_SIZE = 65536           # larger buffers cost a map/unmap per recv
@@ -234,6 +236,26 @@ class Ids:
         return b"%s%012x%s" % (self.prefix, self.n, self.pad)
 
 
+class HomedIds(Ids):
+    """:class:`Ids` whose job ids are all at home in ``slots`` (a cluster
+    node's own: a client that keeps its ids on the node it talks to, as a
+    Redis Cluster client keeps its keys by hash tags). Skips the others."""
+
+    def __init__(self, size: int, slots: FrozenSet[int]) -> None:
+        super().__init__(size)
+        self.slots = slots
+
+    def next(self) -> bytes:
+        while True:
+            payload = super().next()
+            if xxhash.xxh64_intdigest(payload[:36]) & 16383 in self.slots:
+                return payload
+
+
+def make_ids(spec: "LoadSpec") -> Ids:
+    return HomedIds(spec.payload, spec.id_slots) if spec.id_slots else Ids(spec.payload)
+
+
 # ------------------------------------------------------------------- specs
 @dataclass
 class LoadSpec:
@@ -251,6 +273,8 @@ class LoadSpec:
     queues: int = 256
     payload: int = 100
     ttl_ms: int = 600_000
+    #: job ids only at home in these slots (a cluster node's own); None: any id
+    id_slots: Optional[FrozenSet[int]] = None
 
     def queue_names(self) -> List[bytes]:
         """Our and Redis's queues rotate over many names; beanstalkd has one tube per connection."""
@@ -350,7 +374,7 @@ class Worker:
         self.spec = spec
         self.proto: Protocol = PROTOCOLS[spec.protocol](spec.ttl_ms)
         self.names = spec.queue_names()
-        self.ids = Ids(spec.payload)
+        self.ids = make_ids(spec)
         self.conns = _connect(spec, self.proto, indices)
         self.by_fd = {c.fd: c for c in self.conns}
         self.epoll = select.epoll()
@@ -618,7 +642,7 @@ def prefill(spec: LoadSpec, total: int, chunk: int = 2000) -> int:
     """
     proto: Protocol = PROTOCOLS[spec.protocol](spec.ttl_ms)
     names = spec.queue_names()
-    ids = Ids(spec.payload)
+    ids = make_ids(spec)
     accepted = 0
     with socket.create_connection((HOST, spec.port), timeout=30) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -15,7 +15,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from serverproc import ServerProcess, http_get, run_cli, wait_for
 
-HOSTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
+HOSTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")
 
 
 def free_ports(host: str, count: int) -> int:
@@ -155,7 +155,7 @@ class Nodes:
 
 
 def ensure_loopback_aliases() -> None:
-    """127.0.0.2 and .3 answer on Linux without setup (all of 127/8 is loopback)."""
+    """127.0.0.2 to .5 answer on Linux without setup (all of 127/8 is loopback)."""
     for host in HOSTS:
         with socket.socket() as sock:
             sock.bind((host, 0))

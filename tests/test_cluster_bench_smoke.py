@@ -56,8 +56,8 @@ def test_quick_cluster_bench(tmp_path) -> None:
     for _, label, _, _ in cluster_bench.HOP_CASES:
         row = next(line for line in text.splitlines() if line.startswith(label))
         assert float(row[len(label):].split()[0].replace(",", "")) > 0, row
-    for _, nodes, spread in cluster_bench.SCALE_CASES:
-        row = re.search(rf"^{nodes}\s+{'all slots' if spread else 'own'}\s+\d+%\s+([\d,]+)\s", text, re.MULTILINE)
+    for _, nodes, queues in cluster_bench.SCALE_CASES:
+        row = re.search(rf"^{nodes}\s+{re.escape(queues)}\s+\d+%\s+([\d,]+)\s", text, re.MULTILINE)
         assert row and int(row.group(1).replace(",", "")) > 0, text
 
     report = json.loads(out.read_text())
@@ -69,11 +69,12 @@ def test_quick_cluster_bench(tmp_path) -> None:
         assert r["latency_us"]["p50"] > 0
         assert r["server_us_per_cycle"] > 0 and r["shard_us_per_cycle"] > 0
         assert all(v > 0 for v in r["per_node_ops_per_s"].values())
-    for key, nodes, spread in cluster_bench.SCALE_CASES:
+    for key, nodes, queues in cluster_bench.SCALE_CASES:
         r = report["scale"][key]
         assert len(r["per_node_ops_per_s"]) == nodes
         assert r["projected_ops_per_s"] > 0
-        assert r["remote_share"] > 0.5 if spread else r["remote_share"] == 0
+        assert r["remote_share"] > 0.5 if queues == "all slots" else r["remote_share"] == 0
+        assert r["link_frames"] >= 0 and r["link_frames_per_cycle"] >= 0
     assert report["hop"]["local"]["remote_share"] == 0 and report["hop"]["remote"]["remote_share"] == 1
     assert all(isinstance(v, float) for v in report["hop_costs"].values()), report["hop_costs"]
 

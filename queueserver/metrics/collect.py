@@ -308,7 +308,7 @@ class NodeView:
             if answer is not None:
                 entry.update({key: answer.get(key, 0) for key in
                               ("jobs", "queues", "log_bytes", "connections", "slots_owned",
-                               "history_bytes", "history_segments")})
+                               "history_bytes", "history_segments", "link_frames_sent")})
                 for key in ("jobs", "queues", "connections"):
                     totals[key] += entry[key]
             for key in ("accepted", "bytes_received", "bytes_sent"):
@@ -329,6 +329,7 @@ class NodeView:
                 # linked to how many of the shards it should reach (a cluster's other hosts')
                 entry["shard_links_up"] = answer.get("shard_links_up", 0)
                 entry["shard_links"] = answer.get("shard_links", 0)
+                entry["link_frames_sent"] = answer.get("link_frames_sent", 0)
                 totals["connections"] += entry["connections"]
             for key in ("accepted", "bytes_received", "bytes_sent"):
                 totals[key] += entry[key]

@@ -223,6 +223,10 @@ class BatchWriter:
             pass
 
 
+#: link frames this process has sent over every FrameChannel (for /status: messaging per job)
+FRAMES_SENT = [0]
+
+
 class FrameChannel:
     """msgpack frames over a stream socket: ``send`` queues, ``frames`` yields."""
 
@@ -239,6 +243,7 @@ class FrameChannel:
 
     def send(self, frame: Any) -> None:
         self.sent += 1
+        FRAMES_SENT[0] += 1
         self.writer.write(self._pack(frame))
 
     def receive(self, handle: Callable[[list], None], after_batch: Callable[[], None] = lambda: None) -> None:

@@ -60,6 +60,7 @@ DEFAULT_MAX_CONNECTIONS = 10000
 DEFAULT_MAX_OUTSTANDING = 8 * 1048576
 DEFAULT_MAX_PAYLOAD = 1048576
 MAX_MOVES = 4                 # moves of one connection before it stays forwarded
+CLIENTS_EVERY = 0.05          # seconds between reports of this router's client count to the shards
 ACCEPT_BACKOFF = 0.5          # seconds the accept loop rests when no descriptor is left
 LOG_INTERVAL = 10.0           # at most one warning per interval about refused connections
 _NO_DESCRIPTORS = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM))
@@ -137,6 +138,7 @@ class Router:
         self._spare: Optional[int] = _spare_descriptor()
         self._refused = 0
         self._refusal_logged = 0.0
+        self._clients_due = False
 
     # ------------------------------------------------------------- listening
     def listen(self, protocol: str, fd: int) -> None:
@@ -313,10 +315,22 @@ class Router:
 
     def _report_clients(self, link: Optional[ShardLink] = None) -> None:
         """Tell the shards how many clients this router serves, so that any
-        router can answer ``active-clients`` for all of them."""
-        if self.share_clients:
-            for each in ([link] if link is not None else self.links):
-                each.notify("clients", [self.key, self.clients])
+        router can answer ``active-clients`` for all of them: a link that
+        comes up at once, the others at most every :data:`CLIENTS_EVERY`
+        seconds (a storm of connections costs no storm of frames to every
+        shard of every node)."""
+        if not self.share_clients:
+            return
+        if link is not None:
+            link.notify("clients", [self.key, self.clients])
+        elif not self._clients_due:
+            self._clients_due = True
+            gevent.spawn_later(CLIENTS_EVERY, self._send_clients)
+
+    def _send_clients(self) -> None:
+        self._clients_due = False
+        for each in self.links:
+            each.notify("clients", [self.key, self.clients])
 
     def stop(self) -> None:
         for listener, watcher in self.servers.values():

@@ -6,6 +6,7 @@ import time
 from typing import Any, Dict
 
 from ..metrics import traffic
+from ..net.channel import FRAMES_SENT
 
 _STARTED = time.time()
 
@@ -18,6 +19,7 @@ def router_stats(router) -> Dict[str, Any]:
     answer: Dict[str, Any] = {"kind": "router", "index": router.index, "pid": os.getpid(),
                               "started": _STARTED, "clients": router.clients,
                               "shard_links_up": sum(1 for link in router.links if link.up),
-                              "shard_links": sum(1 for link in router.links if link.path is not None)}
+                              "shard_links": sum(1 for link in router.links if link.path is not None),
+                              "link_frames_sent": FRAMES_SENT[0]}
     answer.update(traffic.snapshot())
     return answer

@@ -73,6 +73,7 @@ from ..engine import job as J
 from ..engine.engine import T_TTL as J_TTL, T_TTR as J_TTR
 from ..metrics import FSYNC_BUCKETS, LATENCY_BUCKETS, MAX_QUEUE_LABELS, traffic
 from ..metrics.histogram import Histogram, empty_snapshot
+from ..net.channel import FRAMES_SENT
 from .outcomes import history_event
 
 #: Counter row layout: five counters, then the number of the queue's jobs leased now.
@@ -453,6 +454,7 @@ class ShardStats:
             "history": False,
         }
         answer.update(traffic.snapshot())   # connections served here directly, their bytes
+        answer["link_frames_sent"] = FRAMES_SENT[0]
         durability = getattr(shard, "durability", None)
         wal = getattr(durability, "wal", None)
         if wal is not None:
