@@ -22,6 +22,7 @@ from test_binary_protocols_server import (FluxWire, GoWire, g_add, g_delete, g_r
                                           t_dequeue, t_enqueue, t_record)
 from test_metrics import one, scrape
 from test_text_protocols_server import TextWire, b64
+from wire import read_to_eof
 
 FOUNDERS = 4        # shards (2, 1, 1): a/0, a/1, b/0, c/0 hold ordinals 0..3
 
@@ -298,12 +299,7 @@ def test_links_refuse_plain_clients_silent_clients_and_a_wrong_secret(tmp_path):
         port = _link_port(nodes, "a")
         with socket.create_connection(("127.0.0.1", port), timeout=10) as plain:
             plain.sendall(b"add q 0 0 1\r\nx\r\n")
-            got = b""
-            while True:
-                chunk = plain.recv(4096)
-                if not chunk:
-                    break
-                got += chunk
+            got = read_to_eof(plain)
         assert got.endswith(b"-ERR link authentication failed\r\n")
         with socket.create_connection(("127.0.0.1", port), timeout=20) as silent:
             assert silent.recv(100).startswith(b"QSLINK1 ")

@@ -4,7 +4,6 @@ nodes, and across slot moves of the id's home and of the job's queue; any
 node finds any job by its id."""
 from __future__ import annotations
 
-import threading
 import uuid
 
 from cluster_nodes import Nodes
@@ -12,7 +11,7 @@ from queueserver.client import Client
 from queueserver.client.client import WorkqError
 from queueserver.cluster.slots import initial_owners, slot_of
 from test_cluster import FOUNDERS, name_on
-from wire import Wire, add, inspect_field
+from wire import Wire, add, inspect_field, racing_adds
 
 
 def id_on(ordinal: int) -> str:
@@ -41,20 +40,9 @@ def test_ids_stay_unique_and_found_across_nodes_and_moves(tmp_path):
         on_a, on_b, on_c = name_on(0, "h"), name_on(2, "h"), name_on(3, "h")
         a, b, c = wires(nodes, "a", "b", "c")
         # two adds of one id racing on two nodes, to queues of two nodes' shards
-        start = threading.Barrier(2)
         for round in range(40):
             id = id_on(round % FOUNDERS)
-            replies = {}
-
-            def send(wire: Wire, name: str) -> None:
-                start.wait()
-                replies[name] = wire.call(add(id, name))
-
-            threads = [threading.Thread(target=send, args=(a, on_b)), threading.Thread(target=send, args=(b, on_c))]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+            replies = racing_adds(id, (a, on_b), (b, on_c))
             assert sorted(replies.values()) == [b"+OK\r\n", b"-CLIENT-ERROR Duplicate job\r\n"], replies
             winner = next(name for name, reply in replies.items() if reply == b"+OK\r\n")
             assert inspect_field(c, id, "name") == winner.encode()       # found from the third node

@@ -16,7 +16,7 @@ from queueserver.sharding import shard_for
 from serverproc import ServerProcess, wait_for
 from test_binary_protocols_server import g_add, g_reserve, t_dequeue, t_enqueue, t_record
 from test_text_protocols_server import b64
-from wire import add, inspect_field, new_id, qname, workq_wire
+from wire import add, inspect_field, new_id, qname, read_to_eof, workq_wire
 
 
 @pytest.fixture
@@ -41,12 +41,7 @@ def half_closed(server, protocol: str, data: bytes, timeout: float = 10.0) -> by
     sock.settimeout(timeout)
     sock.sendall(data)
     sock.shutdown(socket.SHUT_WR)
-    got = b""
-    while True:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        got += chunk
+    got = read_to_eof(sock)
     sock.close()
     return got
 

@@ -4,14 +4,13 @@ job by its id with no news of jobs sent to routers, and a shard that
 restarts (losing what its home knew) still keeps ids unique."""
 from __future__ import annotations
 
-import threading
 
 import pytest
 
 from queueserver.sharding import shard_for
 from serverproc import ServerProcess, replies_across_shard_restart, wait_for
 from inprocess import names_by_shard
-from wire import Wire, add, inspect_field, new_id
+from wire import Wire, add, inspect_field, new_id, racing_adds
 
 
 def homed(shard: int, shards: int) -> str:
@@ -34,21 +33,9 @@ def test_two_adds_of_one_id_racing_on_two_shards_are_one_job(server):
     ``Duplicate job``, and one job has the id."""
     names = names_by_shard(3)
     first, second = Wire(server.connect()), Wire(server.connect())
-    start = threading.Barrier(2)
     for round in range(150):
         id = new_id()
-        a, b = names[round % 3], names[(round + 1) % 3]
-        replies = {}
-
-        def send(wire: Wire, name: str) -> None:
-            start.wait()
-            replies[name] = wire.call(add(id, name))
-
-        threads = [threading.Thread(target=send, args=(first, a)), threading.Thread(target=send, args=(second, b))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        replies = racing_adds(id, (first, names[round % 3]), (second, names[(round + 1) % 3]))
         assert sorted(replies.values()) == [b"+OK\r\n", b"-CLIENT-ERROR Duplicate job\r\n"], replies
         winner = next(name for name, reply in replies.items() if reply == b"+OK\r\n")
         assert inspect_field(first, id, "name") == winner.encode()

@@ -6,8 +6,10 @@ It parses replies the way a client written for the original server does
 from __future__ import annotations
 
 import socket
+import threading
 import uuid
 from abc import ABC, abstractmethod
+from typing import Dict, Tuple
 
 
 def new_id() -> str:
@@ -138,6 +140,34 @@ def add(id: str, name: str = "q", payload: bytes = b"data", ttr: int = 10000, tt
         flags: str = "") -> bytes:
     flags = f" {flags}" if flags else ""
     return f"add {id} {name} {ttr} {ttl} {len(payload)}{flags}\r\n".encode() + payload + b"\r\n"
+
+
+def read_to_eof(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    got = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return got
+        got += chunk
+
+
+def racing_adds(id: str, first: "Tuple[Wire, str]", second: "Tuple[Wire, str]") -> Dict[str, bytes]:
+    """``add id`` sent at the same instant over two connections, each to its
+    queue (``(wire, queue)``): each queue's reply."""
+    start = threading.Barrier(2)
+    replies: Dict[str, bytes] = {}
+
+    def send(wire: Wire, name: str) -> None:
+        start.wait()
+        replies[name] = wire.call(add(id, name))
+
+    threads = [threading.Thread(target=send, args=pair) for pair in (first, second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return replies
 
 
 def queue_exists(w: Wire, name: str) -> bool:
