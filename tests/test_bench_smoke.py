@@ -126,7 +126,9 @@ def test_quick_bench_against_our_server(tmp_path) -> None:
         cycle, produce = results[label]["cycle"], results[label]["produce"]
         assert cycle["ops_per_s"] > 0 and cycle["errors"] == 0
         assert cycle["latency_us"]["p99"] > 0 and cycle["cycle_latency_us"]["p50"] > 0
-        assert cycle["cpu_us_per_cycle"]["router"] > 0
+        # With the direct path the router hands each connection to its shard and
+        # hears of no job: its CPU per cycle may be nothing at all.
+        assert cycle["cpu_us_per_cycle"]["router"] >= 0
         assert sum(v for k, v in cycle["cpu_us_per_cycle"].items() if k.startswith("shard")) > 0
         assert produce["ops_per_s"] > 0 and produce["errors"] == 0
     memory = results["ours, 2 shards"]["memory"]
