@@ -346,7 +346,9 @@ def specs_for(cluster: Cluster, part: str, key: str, opts: argparse.Namespace, p
     """The load of one row on ``cluster``, on fresh queues named ``prefix-…``.
 
     hop: all connections on node a's router, on the shard the case names.
-    scale: the connections split evenly over the nodes, each node's on its
+    scale: each node gets ``--connections`` of its own (the load a node of
+    the 1-node row gets, so that each node batches as that one does and its
+    CPU per cycle projects to a host of its own), each node's on its
     own shard's queues (or, for a spread row, on every shard's in turn)."""
     if part == "hop":
         ordinal = next(o for k, _, _, o in HOP_CASES if k == key)
@@ -356,7 +358,7 @@ def specs_for(cluster: Cluster, part: str, key: str, opts: argparse.Namespace, p
     n = cluster.size
     specs = []
     for i, node in enumerate(cluster.nodes.names):
-        connections = opts.connections // n + (1 if i < opts.connections % n else 0)
+        connections = opts.connections
         ordinals = [(i + j) % n for j in range(n)] if queues == "all slots" else [i]
         specs.append(_spec(cluster, node, names_on(ordinals, connections, n, f"{prefix}-{node}"),
                            connections, max(1, opts.loadgen_procs // n), opts,
@@ -472,8 +474,8 @@ class Report:
                          "router hears of jobs it does not carry (ids are found at their home shard)")
         lines += [
             "",
-            f"(2) aggregate, N nodes of 1 shard: {o.connections} connections split evenly over the nodes' "
-            f"routers, max(1, {o.loadgen_procs} ÷ N) load processes per node, each on its own node",
+            f"(2) aggregate, N nodes of 1 shard: {o.connections} connections on each node's router (the load of "
+            f"the 1-node row, per node), max(1, {o.loadgen_procs} ÷ N) load processes per node",
             bench.table(["nodes", "queues", "remote", "cycles/s", "per node cycles/s", "req p99 µs",
                          "routers µs", "shards µs", "superv. µs", "server µs/cycle", "÷ 1 node", "runs' µs",
                          "link frames/cycle", "loadgen µs/cycle", "errors", "projected cycles/s", "÷ 1 node"],
@@ -604,7 +606,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, help="runs per row, the median reported (default 3; 1 with --quick)")
     parser.add_argument("--quick", action="store_true", help="smoke run, about 20 s in all (the default "
                         "run takes about 3 min)")
-    parser.add_argument("--connections", type=int, default=32, help="client connections per row, in all")
+    parser.add_argument("--connections", type=int, default=32,
+                        help="client connections: part 1's in all, part 2's per node")
     parser.add_argument("--loadgen-procs", type=int, default=2,
                         help="load processes (part 2: this ÷ N per node, at least one each)")
     parser.add_argument("--prefill-per-queue", type=int, help="jobs queued per queue before a row "
