@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import Any, Callable, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional
 
 import gevent
 import gevent.ssl
 import msgpack
+
+if TYPE_CHECKING:
+    from gevent._types import _IoWatcher
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +46,15 @@ def _flush_pending() -> None:
         writer._flush()
 
 
-def _is_tls(sock) -> bool:
+def _is_tls(sock: socket.socket) -> bool:
     return isinstance(sock, gevent.ssl.SSLSocket)
+
+
+def os_socket(sock: socket.socket) -> socket.socket:
+    """The non-blocking OS socket inside a gevent socket (``sock._sock``:
+    gevent's stubs type its socket as the stdlib's, which has no such field)."""
+    raw: socket.socket = getattr(sock, "_sock")
+    return raw
 
 
 def _not_sent(data: bytes) -> int:
@@ -52,7 +62,7 @@ def _not_sent(data: bytes) -> int:
     return 0
 
 
-def received(sock) -> Iterator[bytes]:
+def received(sock: socket.socket) -> Iterator[bytes]:
     """What arrives on a gevent socket (plain or TLS), chunk by chunk, until
     EOF or an error."""
     if _is_tls(sock):
@@ -60,12 +70,16 @@ def received(sock) -> Iterator[bytes]:
     return _received_plain(sock)
 
 
-def _received_plain(sock) -> Iterator[bytes]:
+def _received_plain(sock: socket.socket) -> Iterator[bytes]:
     """After a short read the socket is almost surely drained, so it waits for
     readability *before* reading again, sparing the recv that gevent's own
     ``recv`` would try first and see fail with EAGAIN on every request.
     """
-    raw, wait, readable = sock._sock, sock._wait, sock._read_event
+    # gevent's own parts of its socket, which its stubs do not show
+    wait: Callable[["_IoWatcher"], None] = getattr(sock, "_wait")
+    readable: "_IoWatcher" = getattr(sock, "_read_event")
+    raw = os_socket(sock)
+    data: Optional[bytes]
     while True:
         try:
             data = raw.recv(RECV_SIZE)
@@ -85,7 +99,7 @@ def _received_plain(sock) -> Iterator[bytes]:
             return
 
 
-def _received_tls(sock) -> Iterator[bytes]:
+def _received_tls(sock: socket.socket) -> Iterator[bytes]:
     """Decrypted bytes from a gevent TLS socket, until EOF or an error.
 
     No waiting first here: the SSL object may hold decrypted bytes already
@@ -109,19 +123,19 @@ class BatchWriter:
     __slots__ = ("sock", "_send", "chunks", "queued", "closed", "_closing",
                  "_greenlet", "_on_error", "_on_drained", "_listed", "first")
 
-    def __init__(self, sock, on_error: Optional[Callable[[], None]] = None,
+    def __init__(self, sock: socket.socket, on_error: Optional[Callable[[], None]] = None,
                  on_drained: Optional[Callable[[], None]] = None) -> None:
         self.sock = sock
         # The non-blocking send of the OS socket inside gevent's socket; a
         # TLS socket must encrypt, which may wait: all goes to _drain.
-        self._send = _not_sent if _is_tls(sock) else sock._sock.send
+        self._send: Callable[[bytes], int] = _not_sent if _is_tls(sock) else os_socket(sock).send
         self.chunks: List[bytes] = []
         self.queued = 0            # bytes waiting to be sent
         self.closed = False
         self._closing = False
         self._on_error = on_error
         self._on_drained = on_drained   # called when everything queued has been sent
-        self._greenlet: Optional[gevent.Greenlet] = None
+        self._greenlet: Optional[gevent.Greenlet[[], None]] = None
         self._listed = False
         self.first = False         # sent before the others of its loop turn (links between processes)
 
@@ -224,20 +238,20 @@ class BatchWriter:
 
 
 #: link frames this process has sent over every FrameChannel (for /status: messaging per job)
-FRAMES_SENT = [0]
+FRAMES_SENT: List[int] = [0]
 
 
 class FrameChannel:
     """msgpack frames over a stream socket: ``send`` queues, ``frames`` yields."""
 
-    def __init__(self, sock) -> None:
+    def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.writer = BatchWriter(sock)
         # A frame leaves before the client answers of its loop turn: a note
         # like "this job exists" reaches the router before the job's client
         # can act on its answer.
         self.writer.first = True
-        self._pack = msgpack.Packer(use_bin_type=True).pack
+        self._pack: Callable[[Any], bytes] = msgpack.Packer(use_bin_type=True).pack
         self.sent = 0       # frames sent so far: a receiver can tell it has seen them all
         self.received = 0   # frames handled so far
 
@@ -246,8 +260,10 @@ class FrameChannel:
         FRAMES_SENT[0] += 1
         self.writer.write(self._pack(frame))
 
-    def receive(self, handle: Callable[[list], None], after_batch: Callable[[], None] = lambda: None) -> None:
-        """Read frames until the peer closes; ``after_batch`` runs after each recv."""
+    def receive(self, handle: Callable[[Any], None], after_batch: Callable[[], None] = lambda: None) -> None:
+        """Read frames until the peer closes; ``after_batch`` runs after each recv.
+        A frame is whatever msgpack decoded (``Any``): a list from our own
+        peers, which nothing here checks, so ``handle`` takes it as it is."""
         unpacker = msgpack.Unpacker(raw=False, use_list=True, max_buffer_size=64 * 1024 * 1024)
         for data in received(self.sock):
             unpacker.feed(data)

@@ -49,14 +49,19 @@ import struct
 import termios
 import time
 from collections import deque
-from typing import Any, Deque, Optional, Tuple
+from typing import (TYPE_CHECKING, Any, Callable, Deque, Dict, Generic, Optional, Protocol, Tuple,
+                    TypeVar, cast)
 
 import gevent
 
 from ..engine.status import OK, SERVER_ERROR, Reply
-from ..protocols.base import LOCAL, Command
-from .channel import RECV_SIZE, BatchWriter
+from ..protocols.base import LOCAL, Command, StreamCodec
+from .channel import RECV_SIZE, BatchWriter, os_socket
+from .hangups import HangupWatch
 from ..metrics.traffic import ACCEPTED, COUNTS as _TRAFFIC, OPEN, RECEIVED, SENT
+
+if TYPE_CHECKING:
+    from gevent._types import _IoWatcher, _TimerWatcher
 
 log = logging.getLogger("queueserver.connection")
 
@@ -82,6 +87,51 @@ _PAYLOAD_ANSWERS = frozenset(("lease", "take", "result", "run", "inspect_job"))
 _DELIVERIES = frozenset(("lease", "take"))
 #: Requests answered with up to ``limit`` (their last argument) jobs.
 _LISTING_ANSWERS = frozenset(("inspect_jobs", "inspect_scheduled"))
+
+#: What a server's :meth:`Server.execute` returns for a request that waits:
+#: the connection keeps it, opaque, to hand back to withdraw or cut short.
+P = TypeVar("P")
+#: The server's record, kept on the connection, of leases that end with it.
+O = TypeVar("O")
+
+
+class Server(Protocol[P, O]):
+    """What a connection needs of its server: the router's
+    :class:`~queueserver.router.Router` or the shard's
+    :class:`~queueserver.shard.direct.DirectServer`."""
+
+    @property
+    def max_outstanding_bytes(self) -> int: ...
+    @property
+    def max_payload(self) -> int: ...
+    @property
+    def hangups(self) -> HangupWatch: ...
+
+    def new_connection_id(self) -> int: ...
+    def placement(self, connection: "ClientConnection[P, O]", command: Command) -> int: ...
+    def execute(self, connection: "ClientConnection[P, O]", command: Command,
+                callback: Callable[[Reply], None]) -> Optional[P]: ...
+    def withdraw(self, pending: P) -> None: ...
+    def cut_short(self, pending: P) -> None: ...
+    def abandoned(self, command: Command, reply: Reply) -> None: ...
+    def move(self, connection: "ClientConnection[P, O]", command: Command, unread: bytes,
+             state: Dict[str, Any]) -> bool: ...
+    def after_requests(self) -> None: ...
+    def connection_closed(self, connection: "ClientConnection[P, O]") -> None: ...
+    def client_left(self, connection: "ClientConnection[P, O]") -> None: ...
+
+
+class Timer(Protocol):
+    """A gevent loop timer; ``active`` is libev's (gevent's stubs leave it out)."""
+
+    @property
+    def active(self) -> bool: ...
+    def start(self, callback: Callable[[], None]) -> None: ...
+    def stop(self) -> None: ...
+
+
+def _timer(seconds: float) -> Timer:
+    return cast(Timer, gevent.get_hub().loop.timer(seconds))
 
 
 def reply_budget(command: Command, max_payload: int) -> int:
@@ -109,18 +159,18 @@ def reply_budget(command: Command, max_payload: int) -> int:
     return budget
 
 
-class Slot:
+class Slot(Generic[P, O]):
     """A request's place in the answer order; the server answers it through
     :meth:`answer` (a bound method costs less than a closure per request)."""
 
     __slots__ = ("connection", "command", "data", "close", "pending", "budget", "executing", "delivery")
 
-    def __init__(self, connection: "ClientConnection", command: Command, budget: int) -> None:
+    def __init__(self, connection: "ClientConnection[P, O]", command: Command, budget: int) -> None:
         self.connection = connection
         self.command = command
         self.data: Optional[bytes] = None
         self.close = command.close
-        self.pending: Any = None   # what to withdraw if the client leaves
+        self.pending: Optional[P] = None   # what to withdraw if the client leaves
         self.budget = budget       # bytes counted against the connection until answered
         self.executing = True      # an answer given now follows the request's own read
         self.delivery: Optional[Reply] = None   # a job handed over: given back unless acknowledged
@@ -133,11 +183,13 @@ class Slot:
         if reply[0] == OK and command.op in _DELIVERIES:
             self.delivery = reply
         self.pending = None
+        render = command.render
+        assert render is not None   # a command without one (LOCAL) is answered by its codec
         try:
-            data = command.render(reply)
+            data = render(reply)
         except Exception:
             log.exception("rendering %s failed", command.op)
-            data = command.render([SERVER_ERROR, "Internal error"])
+            data = render([SERVER_ERROR, "Internal error"])
         size = len(data)
         connection._budget += size - self.budget
         self.budget = size
@@ -145,13 +197,13 @@ class Slot:
         connection._flush()
 
 
-class ClientConnection:
+class ClientConnection(Generic[P, O]):
     """``server`` executes commands and owns the process-wide parts (see the
     router's :class:`~queueserver.router.Router` and the shard's
     :class:`~queueserver.shard.direct.DirectServer`)."""
 
-    def __init__(self, server, sock, codec, protocol: str = "", peer: Any = None,
-                 limits: Optional[dict] = None, origin: int = 0) -> None:
+    def __init__(self, server: Server[P, O], sock: socket.socket, codec: StreamCodec, protocol: str = "",
+                 peer: object = None, limits: Optional[Dict[str, int]] = None, origin: int = 0) -> None:
         self.server = server
         self.sock = sock
         self.codec = codec
@@ -159,9 +211,9 @@ class ClientConnection:
         self.id = server.new_connection_id()
         self.origin = origin or self.id   # its id at the router that accepted it
         self.moves = 0                    # times it was moved between processes
-        self.owned: Any = None            # the server's record of leases ending with it
-        self.slots: deque = deque()
-        self.held: deque = deque()  # decoded requests waiting for room (or for a move)
+        self.owned: Optional[O] = None    # the server's record of leases ending with it
+        self.slots: Deque[Slot[P, O]] = deque()
+        self.held: Deque[Command] = deque()  # decoded requests waiting for room (or for a move)
         self.closed = False        # no more requests are taken from this client
         self._gone = False
         self._eof = False          # the client's input has ended: nothing more is read
@@ -172,7 +224,7 @@ class ClientConnection:
         self._written = 0          # bytes this process gave the writer
         self._written_before = 0   # bytes written to the socket before it came here
         self._ack_deadline = 0.0
-        self._ack_timer: Any = None
+        self._ack_timer: Optional[Timer] = None
         self._paused = False
         self._progressing = False
         self._budget = 0           # bytes: requests in flight and answers not yet sent
@@ -182,11 +234,11 @@ class ClientConnection:
                        "max_payload": limits.get("max_payload", server.max_payload)}
         self._limit = self.limits["max_outstanding_bytes"]
         self._max_payload = self.limits["max_payload"]
-        self._raw = sock._sock     # the non-blocking OS socket inside gevent's socket
+        self._raw = os_socket(sock)   # the non-blocking OS socket inside gevent's socket
         self._fd = self._raw.fileno()
         self.writer = BatchWriter(sock, on_error=self._lost, on_drained=self._progress)
-        self._watcher = gevent.get_hub().loop.io(self._fd, _READ)
-        self._linger_timer = None
+        self._watcher: "_IoWatcher" = gevent.get_hub().loop.io(self._fd, _READ)
+        self._linger_timer: Optional["_TimerWatcher"] = None
         self._debug = log.isEnabledFor(logging.DEBUG)
         _TRAFFIC[OPEN] += 1            # /metrics: served in this process now, and
         if peer is not None:           # accepted here (a connection moved in has no peer)
@@ -325,8 +377,8 @@ class ClientConnection:
             if self._ack_timer is None:
                 self._ack_deadline = time.monotonic() + LINGER_SECONDS
             if time.monotonic() < self._ack_deadline:
-                self._ack_timer = gevent.get_hub().loop.timer(ACK_POLL)
-                self._ack_timer.start(self._ack_check)
+                self._ack_timer = timer = _timer(ACK_POLL)
+                timer.start(self._ack_check)
                 return False
             log.info("connection %d: %d answers handing over jobs were not acknowledged in %.0f s "
                      "after the client's FIN; giving the jobs back", self.id, len(self._deliveries),
@@ -335,12 +387,14 @@ class ClientConnection:
         return True
 
     def _ack_check(self) -> None:
-        self._ack_timer.stop()
+        if self._ack_timer is not None:   # the timer calling back
+            self._ack_timer.stop()
         self._finish_if_done()
 
     def _acknowledged_or_not(self) -> None:
         """A held request waits for acknowledgements to move: try again."""
-        self._ack_timer.stop()
+        if self._ack_timer is not None:   # the timer calling back
+            self._ack_timer.stop()
         if not self._gone:
             self._progress()
 
@@ -375,7 +429,10 @@ class ClientConnection:
             info = self._raw.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _BYTES_ACKED_AT + 8)
         except OSError:
             return 0
-        return _BYTES_ACKED.unpack_from(info, _BYTES_ACKED_AT)[0] if len(info) >= _BYTES_ACKED_AT + 8 else 0
+        if len(info) < _BYTES_ACKED_AT + 8:
+            return 0
+        acked: int = _BYTES_ACKED.unpack_from(info, _BYTES_ACKED_AT)[0]   # "<Q": an int
+        return acked
 
     def _prune_deliveries(self) -> None:
         """Forget deliveries whose answers the client's kernel acknowledged."""
@@ -395,6 +452,7 @@ class ClientConnection:
     def _dispatch(self, command: Command) -> bool:
         """Execute one command; True when the connection no longer serves
         requests here (closed, or moved to another process)."""
+        slot: Slot[P, O]
         if command.route == LOCAL:
             slot = Slot(self, command, 0)
             slot.data = command.reply
@@ -414,8 +472,8 @@ class ClientConnection:
                 self._pause()
                 if not self.slots and not self.writer.queued and (
                         self._ack_timer is None or not self._ack_timer.active):   # only acknowledgements to wait for
-                    self._ack_timer = gevent.get_hub().loop.timer(ACK_POLL)
-                    self._ack_timer.start(self._acknowledged_or_not)
+                    self._ack_timer = timer = _timer(ACK_POLL)
+                    timer.start(self._acknowledged_or_not)
                 return False
         budget = reply_budget(command, self._max_payload)
         slot = Slot(self, command, budget)
@@ -431,25 +489,27 @@ class ClientConnection:
 
     def _flush(self) -> None:
         slots = self.slots
-        while slots and slots[0].data is not None:
+        while slots:
+            data = slots[0].data
+            if data is None:
+                break   # answers leave in request order
             slot = slots.popleft()
             self._budget -= slot.budget
-            data = slot.data
             self.writer.write(data)
             self._written += len(data)
             _TRAFFIC[SENT] += len(data)
             if slot.delivery is not None:
-                self._delivered(slot)
+                self._delivered(slot.command, slot.delivery)
             if slot.close:
                 self._close_after_reply()
                 return
         if self.held or self._paused:
             self._progress()
 
-    def _delivered(self, slot: Slot) -> None:
+    def _delivered(self, command: Command, reply: Reply) -> None:
         """A job's answer is on its way: remember it until acknowledged."""
         deliveries = self._deliveries
-        deliveries.append((self._written_before + self._written, slot.command, slot.delivery))
+        deliveries.append((self._written_before + self._written, command, reply))
         if len(deliveries) > PRUNE_DELIVERIES:
             self._prune_deliveries()
 
@@ -482,8 +542,8 @@ class ClientConnection:
             self.server.hangups.unwatch(self._fd)
             self._watcher.start(self._readable)
         self.writer.close()
-        self._linger_timer = gevent.get_hub().loop.timer(LINGER_SECONDS)
-        self._linger_timer.start(self._lost)
+        self._linger_timer = timer = gevent.get_hub().loop.timer(LINGER_SECONDS)
+        timer.start(self._lost)
 
     # ------------------------------------------------------------- leaving
     def _withdraw(self) -> None:
@@ -529,7 +589,7 @@ class ClientConnection:
             log.debug("connection %d closed", self.id)
 
 
-def _address(peer: Any) -> str:
+def _address(peer: object) -> str:
     if isinstance(peer, tuple) and len(peer) >= 2:
         return f"{peer[0]}:{peer[1]}"
     return str(peer)

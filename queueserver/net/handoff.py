@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Tuple
 
 import msgpack
 import gevent
@@ -51,13 +51,13 @@ class HandoffChannel:
     """One end of a handoff socket: ``send_move``/``send_gone``, and
     ``receive`` to read the other end's messages until it closes."""
 
-    def __init__(self, sock) -> None:
+    def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self._pack = msgpack.Packer(use_bin_type=True).pack
+        self._pack: Callable[[Any], bytes] = msgpack.Packer(use_bin_type=True).pack
         # Sends may wait for room, and callers run in the event loop, which
         # must not wait: a greenlet sends what they queue, in order.
-        self._outgoing: Queue = Queue()
-        self._sender: Optional[gevent.Greenlet] = None
+        self._outgoing: "Queue[Tuple[List[bytes], Optional[int]]]" = Queue()
+        self._sender: Optional[gevent.Greenlet[[], None]] = None
 
     def send_move(self, fd: int, move: Move) -> None:
         """Queue ``move`` with (a duplicate of) descriptor ``fd``: the caller
@@ -145,7 +145,17 @@ def handoff_path(shard_socket: str) -> str:
     return shard_socket + ".handoff"
 
 
-def listen_seqpacket(path: str, gevent_socket: Any) -> Any:
+_Socket = socket.socket
+
+
+class SocketModule(Protocol):
+    """Where sockets are made: gevent's ``socket`` module (or the stdlib's)."""
+
+    @property
+    def socket(self) -> Callable[[int, int], _Socket]: ...
+
+
+def listen_seqpacket(path: str, gevent_socket: SocketModule) -> socket.socket:
     """A listening ``SOCK_SEQPACKET`` socket at ``path``, private to this user."""
     if os.path.exists(path):
         os.unlink(path)
@@ -159,7 +169,7 @@ def listen_seqpacket(path: str, gevent_socket: Any) -> Any:
     return listener
 
 
-def connect_seqpacket(path: str, gevent_socket: Any) -> Optional[Any]:
+def connect_seqpacket(path: str, gevent_socket: SocketModule) -> Optional[socket.socket]:
     sock = gevent_socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         sock.connect(path)

@@ -8,19 +8,25 @@ loop, tells the moment such a client sends its FIN or resets.
 from __future__ import annotations
 
 import select
-from typing import Any, Dict
+from typing import Dict, Protocol
 
 import gevent
+
+
+class Watched(Protocol):
+    """A connection not being read (:class:`~.connection.ClientConnection`)."""
+
+    def hung_up(self, reset: bool) -> None: ...
 
 
 class HangupWatch:
     def __init__(self) -> None:
         self._epoll = select.epoll()
-        self._watched: Dict[int, Any] = {}
+        self._watched: Dict[int, Watched] = {}
         self._watcher = gevent.get_hub().loop.io(self._epoll.fileno(), 1)
         self._watcher.start(self._ready)
 
-    def watch(self, fd: int, connection: Any) -> None:
+    def watch(self, fd: int, connection: Watched) -> None:
         """Call ``connection.hung_up(reset)`` when the peer of ``fd`` sends its
         FIN (``reset`` False: it may still read) or resets the connection."""
         self._watched[fd] = connection

@@ -28,12 +28,16 @@ import hmac
 import logging
 import os
 import secrets
+import socket
 import ssl
 import stat
 import time
-from typing import Callable, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
 import gevent.ssl
+
+if TYPE_CHECKING:
+    from ..cluster.clusterfile import TLSFiles
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +186,7 @@ class _Deadline:
     timeout is restored by :meth:`restore`.
     """
 
-    def __init__(self, sock, timeout: float) -> None:
+    def __init__(self, sock: socket.socket, timeout: float) -> None:
         self.sock = sock
         self.deadline = time.monotonic() + timeout
         self.saved = sock.gettimeout()
@@ -248,7 +252,7 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def serve_handshake(sock, secret: bytes, peer: str, timeout: float = 5.0) -> bool:
+def serve_handshake(sock: socket.socket, secret: bytes, peer: str, timeout: float = 5.0) -> bool:
     """The shard's side: True if the peer proved the secret and got our proof.
 
     When refused, the peer is sent :data:`REFUSAL` (unless it is gone), the
@@ -283,7 +287,7 @@ def serve_handshake(sock, secret: bytes, peer: str, timeout: float = 5.0) -> boo
     return False
 
 
-def client_handshake(sock, secret: bytes, timeout: float = 5.0) -> None:
+def client_handshake(sock: socket.socket, secret: bytes, timeout: float = 5.0) -> None:
     """The router's side: returns once both ends proved the secret.
 
     Raises :class:`LinkAuthError` (one line) on a greeting that is not a
@@ -315,7 +319,7 @@ def _lacking(what: str, why: str, timeout: float) -> str:
     return f"{what} within {timeout:g} s" if why == _TIMEOUT else f"{what}: link {why}"
 
 
-def _close(sock) -> None:
+def _close(sock: socket.socket) -> None:
     try:
         sock.close()
     except OSError:
@@ -357,7 +361,7 @@ def client_context(cert: Optional[str], key: Optional[str], ca: str) -> ssl.SSLC
     return ctx
 
 
-def client_credentials(secret_file: str, tls) -> Tuple[bytes, Optional[ssl.SSLContext]]:
+def client_credentials(secret_file: str, tls: Optional["TLSFiles"]) -> Tuple[bytes, Optional[ssl.SSLContext]]:
     """What a link's client presents: the secret of ``secret_file`` and,
     when ``tls`` (a cluster file's cert, key and ca) is given, its TLS context."""
     secret = load_secret(secret_file)
@@ -381,7 +385,7 @@ def _load_ca(ctx: ssl.SSLContext, ca: str) -> None:
                              f"point to the cluster CA's PEM certificate") from None
 
 
-def wrap_server(sock, ctx: ssl.SSLContext, timeout: float = 5.0):
+def wrap_server(sock: socket.socket, ctx: ssl.SSLContext, timeout: float = 5.0) -> ssl.SSLSocket:
     """The TLS socket over accepted TCP ``sock``, handshake done.
 
     ``sock`` is detached into the returned socket: use only the result. On
@@ -390,13 +394,13 @@ def wrap_server(sock, ctx: ssl.SSLContext, timeout: float = 5.0):
     return _handshake(ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), timeout)
 
 
-def wrap_client(sock, ctx: ssl.SSLContext, timeout: float = 5.0):
+def wrap_client(sock: socket.socket, ctx: ssl.SSLContext, timeout: float = 5.0) -> ssl.SSLSocket:
     """The TLS socket over connected TCP ``sock``, handshake done and the
     shard's certificate verified; as :func:`wrap_server` otherwise."""
     return _handshake(ctx.wrap_socket(sock, server_side=False, do_handshake_on_connect=False), timeout)
 
 
-def _handshake(tls, timeout: float):
+def _handshake(tls: ssl.SSLSocket, timeout: float) -> ssl.SSLSocket:
     saved = tls.gettimeout()
     try:
         tls.settimeout(timeout)   # gevent's SSL socket waits cooperatively
@@ -412,8 +416,8 @@ def _handshake(tls, timeout: float):
 
 
 # ---------------------------------------------------------------- both at once
-def accept_link(sock, secret: bytes, peer: str, ctx: Optional[ssl.SSLContext] = None,
-                timeout: float = 5.0):
+def accept_link(sock: socket.socket, secret: bytes, peer: str, ctx: Optional[ssl.SSLContext] = None,
+                timeout: float = 5.0) -> Optional[socket.socket]:
     """A shard's accepted connection made a link: TLS first when ``ctx``
     is given, then the HMAC handshake inside it. Returns the socket to use
     (the TLS one), or None when refused (closed, one warning logged)."""
@@ -426,7 +430,8 @@ def accept_link(sock, secret: bytes, peer: str, ctx: Optional[ssl.SSLContext] = 
     return sock if serve_handshake(sock, secret, peer, timeout) else None
 
 
-def connect_link(sock, secret: bytes, ctx: Optional[ssl.SSLContext] = None, timeout: float = 5.0):
+def connect_link(sock: socket.socket, secret: bytes, ctx: Optional[ssl.SSLContext] = None,
+                 timeout: float = 5.0) -> socket.socket:
     """A router's connected socket made a link (TLS when ``ctx`` is given,
     then HMAC). Returns the socket to use; raises :class:`LinkAuthError`,
     the socket then closed."""
@@ -440,7 +445,7 @@ def connect_link(sock, secret: bytes, ctx: Optional[ssl.SSLContext] = None, time
     return sock
 
 
-def peer_name(address) -> str:
+def peer_name(address: object) -> str:
     """``host:port`` of an ``accept()`` address, for :func:`serve_handshake`'s log line."""
     if isinstance(address, tuple) and len(address) >= 2:
         host = address[0]
