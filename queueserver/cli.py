@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Any, List, NoReturn, Optional
+from typing import List, NoReturn, Optional
 
 from . import __version__
 from .cluster import command as cluster_command
@@ -34,16 +34,29 @@ def fail(message: str, status: int = 2, prog: str = PROG) -> NoReturn:
     sys.exit(status)
 
 
+def _flag(setting: Setting) -> str:
+    """The flag of a setting the command line offers (each of SERVER, HISTORY and CODEC_OPTIONS has one)."""
+    assert setting.flag is not None, setting
+    return setting.flag
+
+
+def _port(flag: str, value: object) -> int:
+    """A port flag's value, checked as the ``port`` key is."""
+    port = LISTENER["port"].check(flag, value)
+    assert isinstance(port, int)   # a "port" fits only as an int
+    return port
+
+
 def _add_flag(p: argparse.ArgumentParser, setting: Setting, dest: str) -> None:
     if setting.kind == "bool":
-        p.add_argument(setting.flag, action=argparse.BooleanOptionalAction, default=None, dest=dest,
+        p.add_argument(_flag(setting), action=argparse.BooleanOptionalAction, default=None, dest=dest,
                        help=setting.help)
     else:
-        p.add_argument(setting.flag, type=FLAG_TYPES.get(setting.kind, str), metavar=setting.metavar,
+        p.add_argument(_flag(setting), type=FLAG_TYPES.get(setting.kind, str), metavar=setting.metavar,
                        dest=dest, help=setting.help)
 
 
-def _serve_parser(sub: Any) -> None:
+def _serve_parser(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="run the server (router + shard processes)",
                        description="Run the queue server: N shard processes and the router(s) "
                                    "in front of them. Flags override the --config file.")
@@ -67,7 +80,7 @@ def _serve_parser(sub: Any) -> None:
         _add_flag(p, setting, history_attribute(key))
 
 
-def _worker_parser(sub: Any) -> None:
+def _worker_parser(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p = sub.add_parser("worker", help="run a worker that calls module:function for each job",
                        description="Lease jobs in a loop, call FUNCTION(job) and complete the job "
                                    "with its return value, or fail it with the traceback. Logs one "
@@ -84,7 +97,7 @@ def _worker_parser(sub: Any) -> None:
                    help=f"{', '.join(LOG_LEVELS)} (default info)")
 
 
-def _history_parser(sub: Any) -> None:
+def _history_parser(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     from .history.options import add_arguments
     p = sub.add_parser("history", help="turn the shards' job history into Parquet tables and a report",
                        description="Read the shards' job history files with Spark (PySpark, the "
@@ -126,24 +139,24 @@ def build_config(args: argparse.Namespace) -> Config:
     for key, setting in SERVER.items():
         value = getattr(args, key)
         if value is not None:
-            setattr(config, key, setting.check(setting.flag, value))
+            setattr(config, key, setting.check(_flag(setting), value))
             config.explicit.add(key)
     for name, listener in config.listeners.items():
         port = getattr(args, f"{name}_port", None)
         if port is not None:
-            listener.port = LISTENER["port"].check(f"--{name}-port", port)
+            listener.port = _port(f"--{name}-port", port)
         if getattr(args, f"no_{name}", False):
             listener.enabled = False
         for key, setting in CODEC_OPTIONS[name].items():
             value = getattr(args, f"{name}_{key}")
             if value is not None:
-                listener.options[key] = setting.check(setting.flag, value)
+                listener.options[key] = setting.check(_flag(setting), value)
     for key, setting in HISTORY.items():
         value = getattr(args, history_attribute(key))
         if value is not None:
-            setattr(config, history_attribute(key), setting.check(setting.flag, value))
+            setattr(config, history_attribute(key), setting.check(_flag(setting), value))
     if args.metrics_port is not None:
-        config.metrics.port = LISTENER["port"].check("--metrics-port", args.metrics_port)
+        config.metrics.port = _port("--metrics-port", args.metrics_port)
     if args.no_metrics:
         config.metrics.enabled = False
     return config

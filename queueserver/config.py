@@ -32,7 +32,7 @@ import math
 import os
 import tomllib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 from .protocols import DEFAULT_PORTS
 
@@ -43,6 +43,10 @@ FSYNC_POLICIES = ("always", "interval", "never")
 
 class ConfigError(ValueError):
     """A configuration or usage mistake, as one line that says what to change."""
+
+
+#: A checked setting's value: every kind of :data:`KINDS` is one of these.
+Value = Union[bool, int, float, str]
 
 
 def _show(value: Any) -> str:
@@ -74,7 +78,8 @@ def _is_address(value: Any) -> bool:
     return True
 
 
-#: kind -> (does a value fit, what the message says it must be)
+#: kind -> (does a value fit, what the message says it must be); a value is
+#: parsed TOML or a flag, so any type may come (``Any``: checked here)
 KINDS: Dict[str, Tuple[Callable[[Any], bool], str]] = {
     "int": (_is_int, "an integer"),
     "float": (lambda v: (_is_int(v) or isinstance(v, float)) and math.isfinite(v), "a number of {unit}"),
@@ -90,7 +95,7 @@ KINDS: Dict[str, Tuple[Callable[[Any], bool], str]] = {
               f"one of {', '.join(FSYNC_POLICIES)}"),
 }
 #: kind -> how a fitting value is stored
-CONVERT: Dict[str, Callable[[Any], Any]] = {"float": float, "level": str.lower, "fsync": str.lower}
+CONVERT: Dict[str, Callable[[Any], Value]] = {"float": float, "level": str.lower, "fsync": str.lower}
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,7 @@ class Setting:
     metavar: Optional[str] = None
     help: str = ""
 
-    def check(self, name: str, value: Any) -> Any:
+    def check(self, name: str, value: Any) -> Value:
         """``value`` as the server uses it, or :class:`ConfigError` naming ``name``."""
         fits, expected = KINDS[self.kind]
         if not fits(value):
@@ -118,7 +123,9 @@ class Setting:
             unit = f" {self.unit}" if self.unit else ""
             note = f" ({self.note})" if self.note else ""
             raise ConfigError(f"{name} must be at least {self.minimum:g}{unit}{note}, got {_show(value)}")
-        return CONVERT.get(self.kind, lambda v: v)(value)
+        convert = CONVERT.get(self.kind)
+        checked: Value = value if convert is None else convert(value)   # it fits: one of Value's types
+        return checked
 
 
 #: Server-wide keys, in ``[server]`` (or at the top level); each has a flag.
@@ -246,7 +253,7 @@ class Listener:
     enabled: bool = True
     port: int = 0
     bind: Optional[str] = None   # None: the server-wide bind address
-    options: Dict[str, Any] = field(default_factory=dict)  # codec options the configuration set
+    options: Dict[str, Value] = field(default_factory=dict)  # codec options the configuration set
 
     def update(self, protocol: str, section: Mapping[str, Any]) -> None:
         """Apply the ``[protocol]`` section, checking every key."""
@@ -286,7 +293,7 @@ class Config:
     history_max_age: float = 7 * 86400.0
     history_checkpoint: Optional[str] = None
     #: server-wide keys set by the file or a flag, not left at their default
-    explicit: set = field(default_factory=set, compare=False, repr=False)
+    explicit: Set[str] = field(default_factory=set, compare=False, repr=False)
     cluster: Optional[str] = None
     node: Optional[str] = None
     listeners: Dict[str, Listener] = field(
@@ -348,7 +355,7 @@ class Config:
         if "metrics" in data:
             self.metrics.update("metrics", _table("metrics", data["metrics"]))
 
-    def router_options(self) -> Dict[str, Dict[str, Any]]:
+    def router_options(self) -> Dict[str, Dict[str, Value]]:
         """Codec options of every enabled protocol, ``max_payload`` included."""
         return {name: {**listener.options, "max_payload": self.max_payload}
                 for name, listener in self.listeners.items() if listener.enabled}

@@ -70,7 +70,7 @@ class ServerProcess:
         self._private_runtime_dir = runtime_dir is None
         self._home: Optional[str] = None     # private directory: the log, the default runtime dir
         self._run_offset = 0                 # where this run's lines start in the log
-        self.process: Optional[subprocess.Popen] = None
+        self.process: Optional[subprocess.Popen[bytes]] = None
         self.ports: Dict[str, int] = {}
         self.returncode: Optional[int] = None
         self._final_log: Optional[bytes] = None   # the log, kept when the directory goes
@@ -126,7 +126,8 @@ class ServerProcess:
             current = _file_identity(ports_file)
             if current is not None and current != earlier:
                 with open(ports_file) as f:
-                    return json.load(f)
+                    ports: Dict[str, int] = json.load(f)   # the supervisor's {listener: port}
+                return ports
             if time.monotonic() > deadline:
                 raise ServerStartError(f"the server was not ready within {self.startup_timeout:g} s:\n"
                                        f"{self.log_tail()}")

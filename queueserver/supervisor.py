@@ -23,10 +23,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional, Tuple
+from types import FrameType
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, TypedDict
 
 from .cluster.clusterfile import ClusterError, ClusterSpec, load_cluster
-from .config import DEFAULT_METRICS_PORT, Config
+from .config import DEFAULT_METRICS_PORT, Config, Value
 from .net import linkauth
 from .protocols import DEFAULT_PORTS
 from .datadir import DataDir, LayoutError
@@ -34,20 +35,48 @@ from .dirlock import DirectoryBusy, lock_directory
 from .lifecycle import EXIT_REFUSED, SUPERVISOR_PID
 from .numbers import FILE_NAME as NUMBERS_FILE
 
+if TYPE_CHECKING:   # imported when the metrics port is on: it loads prometheus_client
+    from .metrics.http import NodeMetrics
+
 log = logging.getLogger("queueserver.supervisor")
 
 STOP_GRACE = 5.0
 MAX_BACKOFF = 5.0
 
 
+class ClusterPlace(TypedDict):
+    """Where a router's node is in its cluster: the cluster file and the node's name."""
+    file: str
+    node: str
+
+
+class _RouterConfigBase(TypedDict):
+    sockets: List[str]                        # the shards' sockets, by index
+    listen_fds: Dict[str, int]                # protocol -> listening socket it inherits
+    options: Dict[str, Dict[str, Value]]      # protocol -> codec options
+    limits: Dict[str, int]
+    direct_path: bool
+    history: bool
+    index: int
+    routers: int
+    ready_file: str
+    control: str
+
+
+class RouterConfig(_RouterConfigBase, total=False):
+    """What a router is told, as JSON in its ``--config``: one of ``cluster`` and ``numbers``."""
+    cluster: ClusterPlace
+    numbers: str
+
+
 class Child:
     """One supervised process and its restart bookkeeping."""
 
-    def __init__(self, name: str, argv: List[str], pass_fds: tuple = ()) -> None:
+    def __init__(self, name: str, argv: List[str], pass_fds: Tuple[int, ...] = ()) -> None:
         self.name = name
         self.argv = argv
         self.pass_fds = pass_fds
-        self.process: Optional[subprocess.Popen] = None
+        self.process: Optional[subprocess.Popen[bytes]] = None
         self.backoff = 0.1
         self.restart_at = 0.0
         self.started_at = 0.0
@@ -173,12 +202,13 @@ class Supervisor:
         self.children: List[Child] = []
         self._stopping = False
         self.runtime = RuntimeDir(config.runtime_dir)
-        self.data: Optional[DataDir] = DataDir(config.data_dir) if config.durable else None
+        self.data: Optional[DataDir] = (DataDir(config.data_dir)
+                                        if config.durable and config.data_dir is not None else None)
         self.listeners: Dict[str, socket.socket] = {}
         self._failure: Optional[StartupError] = None   # a child that must not be restarted
         #: in a cluster: the cluster file and this node's entry (None: one host)
         self.cluster: Optional[ClusterSpec] = None
-        self.metrics = None   # the HTTP port of /metrics and /status (None: off)
+        self.metrics: Optional[NodeMetrics] = None   # the HTTP port of /metrics and /status (None: off)
 
     @property
     def runtime_dir(self) -> str:
@@ -189,6 +219,12 @@ class Supervisor:
         python = sys.executable
         level = config.log_level
         sockets = [self.runtime.file(f"shard-{i}.sock") for i in range(config.shards)]
+        place: Optional[ClusterPlace] = None
+        if self.cluster is not None:
+            assert config.node is not None   # _join_cluster refuses a cluster without --node
+            place = ClusterPlace(file=self.cluster.path, node=config.node)
+        placement = (["--cluster", place["file"], "--node", place["node"]] if place is not None
+                     else ["--numbers", self._numbers_file()])
         children = [Child(f"shard-{i}", [python, "-m", "queueserver.shard", "--index", str(i),
                                          "--socket", path, "--max-queues", str(config.shard_max_queues()),
                                          "--queue-idle-timeout", repr(config.queue_idle_timeout),
@@ -200,9 +236,8 @@ class Supervisor:
                               "--compact-after-bytes", str(config.compact_after_bytes)]
                              if self.data else [])
                           + (["--history-dir", self.data.history_dir(i), *config.history_shard_args()]
-                             if config.keeps_history else [])
-                          + (["--cluster", self.cluster.path, "--node", config.node]
-                             if self.cluster is not None else ["--numbers", self._numbers_file()]))
+                             if self.data is not None and config.keeps_history else [])
+                          + placement)
                     for i, path in enumerate(sockets)]
         fds = {name: sock.fileno() for name, sock in self.listeners.items()}
         # Every child holds the directories' locks too, so that they stay
@@ -213,7 +248,7 @@ class Supervisor:
         for child in children:
             child.pass_fds = locks
         for i in range(config.routers):
-            router_config = {
+            router_config: RouterConfig = {
                 "sockets": sockets,
                 "listen_fds": fds,
                 "options": config.router_options(),
@@ -225,8 +260,8 @@ class Supervisor:
                 "ready_file": self.runtime.file(f"router-{i}.ready"),
                 "control": self.runtime.file(f"router-{i}.ctl"),   # for /metrics
             }
-            if self.cluster is not None:
-                router_config["cluster"] = {"file": self.cluster.path, "node": config.node}
+            if place is not None:
+                router_config["cluster"] = place
             else:
                 router_config["numbers"] = self._numbers_file()
             name = "router" if config.routers == 1 else f"router-{i}"
@@ -245,6 +280,7 @@ class Supervisor:
         (flags and the config file still choose where they differ from the
         defaults)."""
         config = self.config
+        assert config.cluster is not None   # run() joins only with --cluster
         try:
             spec = load_cluster(config.cluster)
             if config.node is None:
@@ -317,7 +353,7 @@ class Supervisor:
     def _write_ports(self) -> None:
         """``ports.json``, once every router serves: the port each protocol got
         (useful with port 0), and a sign that the server is ready."""
-        ports = {name: sock.getsockname()[1] for name, sock in self.listeners.items()}
+        ports: Dict[str, int] = {name: sock.getsockname()[1] for name, sock in self.listeners.items()}
         if self.metrics is not None:
             ports["metrics"] = self.metrics.port
         path = self.runtime.file("ports.json")
@@ -378,7 +414,7 @@ class Supervisor:
         log.info("stopped")
         return 0
 
-    def _on_signal(self, signum, frame) -> None:
+    def _on_signal(self, signum: int, frame: Optional[FrameType]) -> None:
         if not self._stopping:
             log.info("received %s, shutting down", signal.Signals(signum).name)
         self._stopping = True

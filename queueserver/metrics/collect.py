@@ -23,7 +23,8 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import (Any, Callable, Dict, Iterable, List, Literal, NotRequired, Optional, Set, Tuple,
+                    TypedDict, Union, cast)
 
 from prometheus_client.core import (
     CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric,
@@ -32,12 +33,24 @@ from prometheus_client.utils import floatToGoString
 
 from .. import __version__
 from . import FSYNC_BUCKETS, LATENCY_BUCKETS, LOCAL_NODE, MAX_QUEUE_LABELS
-from .control import ASK_TIMEOUT, ask_all
-from .histogram import add_snapshots, empty_snapshot
+from .control import ASK_TIMEOUT, Answer, ask_all
+from .histogram import Snapshot, add_snapshots, empty_snapshot
 
 COUNTERS = ("added", "leased", "completed", "failed", "expired")
 #: a shard's history retention counters: segments dropped, and of those unread by the checkpoint
 HISTORY_COUNTERS = ("history_dropped", "history_unread_dropped")
+#: the counters of a shard's /status entry; a router's are its client traffic's
+ShardCounter = Literal["accepted", "bytes_received", "bytes_sent", "log_records", "history_dropped",
+                       "history_unread_dropped"]
+SHARD_COUNTERS: Tuple[ShardCounter, ...] = ("accepted", "bytes_received", "bytes_sent", "log_records",
+                                            "history_dropped", "history_unread_dropped")
+TRAFFIC_COUNTERS: Tuple[Literal["accepted", "bytes_received", "bytes_sent"], ...] = (
+    "accepted", "bytes_received", "bytes_sent")
+#: what a shard's entry shows only while it answers, in this order
+ShardGauge = Literal["jobs", "queues", "log_bytes", "connections", "slots_owned", "history_bytes",
+                     "history_segments", "link_frames_sent"]
+SHARD_GAUGES: Tuple[ShardGauge, ...] = ("jobs", "queues", "log_bytes", "connections", "slots_owned",
+                                        "history_bytes", "history_segments", "link_frames_sent")
 STATES = ("ready", "scheduled", "leased", "finished")
 NCOUNTERS = len(COUNTERS)
 OTHER = "other"
@@ -48,18 +61,83 @@ BASE_ROWS = 4 * MAX_QUEUE_LABELS
 SWAP_FACTOR = 2
 SWAP_MIN = 10
 
-Asker = Callable[[Dict[Any, str], float], Dict[Any, Optional[Dict[str, Any]]]]
+#: a process: ("shard", index) or ("router", index)
+ProcessKey = Tuple[str, int]
+Asker = Callable[[Dict[ProcessKey, str], float], Dict[ProcessKey, Optional[Answer]]]
+#: a counter series of /status, e.g. ("queue", name, "added") (see NodeView._monotonic)
+Series = Tuple[Union[str, int], ...]
+
+
+# ------------------------------------------------------------ /status
+class QueueStatus(TypedDict):
+    """A queue (or ``other``): its counters (:data:`COUNTERS`) and jobs per state (:data:`STATES`)."""
+    counters: Dict[str, int]
+    jobs: Dict[str, int]
+
+
+class ShardStatus(TypedDict):
+    """A shard in ``/status``: counters always, gauges while it answers."""
+    shard: int
+    up: bool
+    pid: Optional[int]
+    counters: Dict[str, int]
+    log_records: int
+    durable: bool
+    history: bool
+    history_dropped: int
+    history_unread_dropped: int
+    accepted: int
+    bytes_received: int
+    bytes_sent: int
+    jobs: NotRequired[int]
+    queues: NotRequired[int]
+    log_bytes: NotRequired[int]
+    connections: NotRequired[int]
+    slots_owned: NotRequired[int]
+    history_bytes: NotRequired[int]
+    history_segments: NotRequired[int]
+    link_frames_sent: NotRequired[int]
+
+
+class RouterStatus(TypedDict):
+    """A router in ``/status``: counters always, gauges while it answers."""
+    router: int
+    up: bool
+    pid: Optional[int]
+    accepted: int
+    bytes_received: int
+    bytes_sent: int
+    connections: NotRequired[int]
+    clients: NotRequired[int]
+    shard_links_up: NotRequired[int]
+    shard_links: NotRequired[int]
+    link_frames_sent: NotRequired[int]
+
+
+class Status(TypedDict):
+    """The ``/status`` document: the node at one scrape."""
+    node: str
+    version: str
+    uptime_seconds: float
+    shards: List[ShardStatus]
+    routers: List[RouterStatus]
+    totals: Dict[str, int]   # COUNTERS, and jobs, queues, connections, accepted, bytes_*
+    queues: Dict[str, QueueStatus]
+    histograms: Dict[str, Snapshot]   # wait_seconds, lease_seconds, fsync_seconds
+    slot_moves: Dict[str, int]        # in, out
 
 
 # ------------------------------------------------------------ adding up
 def _add(into: Any, more: Any) -> Any:
     """``into + more`` for the counters' plain data: numbers, lists of
-    numbers (element by element), maps (key by key), histogram snapshots."""
+    numbers (element by element), maps (key by key), histogram snapshots.
+    (``Any``: the processes' decoded answers, walked by their shape.)"""
     if isinstance(more, dict):
         if "bounds" in more and "counts" in more:
             if not isinstance(into, dict) or "counts" not in into:
                 return copy.deepcopy(more)
-            add_snapshots(into, more)
+            # both decoded histogram snapshots (Histogram.snapshot, sent by a shard)
+            add_snapshots(cast(Snapshot, into), cast(Snapshot, more))
             return into
         if not isinstance(into, dict):
             into = {}
@@ -77,7 +155,7 @@ def _add(into: Any, more: Any) -> Any:
     return more
 
 
-def _counters(answer: Dict[str, Any]) -> Dict[str, Any]:
+def _counters(answer: Answer) -> Dict[str, Any]:
     """The parts of a process's answer that only grow (its counters)."""
     part: Dict[str, Any] = {key: answer.get(key, 0) for key in ("accepted", "bytes_received", "bytes_sent")}
     if answer.get("kind") == "shard":
@@ -111,12 +189,12 @@ class _Process:
     __slots__ = ("identity", "last", "base", "up")
 
     def __init__(self) -> None:
-        self.identity: Optional[Tuple[Any, Any]] = None   # (pid, start time) last seen
-        self.last: Optional[Dict[str, Any]] = None        # its last answer
-        self.base: Dict[str, Any] = {}                    # counters of its earlier incarnations
+        self.identity: Optional[Tuple[object, object]] = None   # (pid, start time) last seen
+        self.last: Optional[Answer] = None                      # its last answer
+        self.base: Dict[str, Any] = {}                          # counters of its earlier incarnations
         self.up = False
 
-    def update(self, answer: Optional[Dict[str, Any]]) -> None:
+    def update(self, answer: Optional[Answer]) -> None:
         self.up = answer is not None
         if answer is None:
             return
@@ -196,14 +274,16 @@ class NodeView:
         self.labels = QueueLabels(cap)
         self.started = time.monotonic()
         self._lock = threading.Lock()
-        self._processes: Dict[Tuple[str, int], _Process] = {}
-        #: every counter series' highest value so far (see :meth:`_monotonic`)
-        self._high: Dict[Tuple[Any, ...], float] = {}
-        self._labelled: set = set()   # the queues with a label of their own at the last scrape
+        self._processes: Dict[ProcessKey, _Process] = {}
+        #: every counter series' highest value so far (see :meth:`_monotonic`);
+        #: the histograms' sums (seconds) apart, the counts are ints
+        self._high: Dict[Series, int] = {}
+        self._high_sums: Dict[Series, float] = {}
+        self._labelled: Set[str] = set()   # the queues with a label of their own at the last scrape
 
-    def gather(self) -> Dict[str, Any]:
+    def gather(self) -> Status:
         """Ask every process now and add the answers up: the ``/status`` document."""
-        paths = {("shard", i): path for i, path in self.shards.items()}
+        paths: Dict[ProcessKey, str] = {("shard", i): path for i, path in self.shards.items()}
         paths.update({("router", i): path for i, path in self.routers.items()})
         answers = self.asker(paths, self.timeout)
         with self._lock:
@@ -211,7 +291,7 @@ class NodeView:
                 self._processes.setdefault(key, _Process()).update(answers.get(key))
             return self._monotonic(self._view())
 
-    def _monotonic(self, status: Dict[str, Any]) -> Dict[str, Any]:
+    def _monotonic(self, status: Status) -> Status:
         """Keep every counter at its highest value so far.
 
         A shard undoes a count now and then (an unlease, a take given back),
@@ -221,14 +301,20 @@ class NodeView:
         from there, so that the sum over the label stays exact.
         """
         high, seen = self._high, {}
+        high_sums, seen_sums = self._high_sums, {}
         labelled = {name for name in status["queues"] if name != OTHER}
         gained = labelled - self._labelled
         self._labelled = labelled
 
-        def keep(key: Tuple[Any, ...], value: float) -> float:
+        def keep(key: Series, value: int) -> int:
             if not (gained and key[:2] == ("queue", OTHER)):
                 value = max(value, high.get(key, 0))
             seen[key] = value
+            return value
+
+        def keep_sum(key: Series, value: float) -> float:
+            value = max(value, high_sums.get(key, 0))
+            seen_sums[key] = value
             return value
 
         for name, queue in status["queues"].items():
@@ -238,33 +324,36 @@ class NodeView:
         totals = status["totals"]
         for key in (*COUNTERS, "accepted", "bytes_received", "bytes_sent"):
             totals[key] = keep(("total", key), totals[key])
-        for kind in ("shards", "routers"):
-            for entry in status[kind]:
-                index = entry.get("shard", entry.get("router"))
-                for key in ("accepted", "bytes_received", "bytes_sent", "log_records", *HISTORY_COUNTERS):
-                    if key in entry:
-                        entry[key] = keep((kind, index, key), entry[key])
-                for key, value in entry.get("counters", {}).items():
-                    entry["counters"][key] = keep((kind, index, "counters", key), value)
+        for shard in status["shards"]:
+            index = shard["shard"]
+            for counter in SHARD_COUNTERS:
+                shard[counter] = keep(("shards", index, counter), shard[counter])
+            for key, value in shard["counters"].items():
+                shard["counters"][key] = keep(("shards", index, "counters", key), value)
+        for router in status["routers"]:
+            index = router["router"]
+            for counter in TRAFFIC_COUNTERS:
+                router[counter] = keep(("routers", index, counter), router[counter])
         for name, snapshot in status["histograms"].items():
             counts = snapshot["counts"]
             for i, value in enumerate(counts):
                 counts[i] = keep(("histogram", name, i), value)
-            snapshot["sum"] = keep(("histogram", name, "sum"), snapshot["sum"])
+            snapshot["sum"] = keep_sum(("histogram", name, "sum"), snapshot["sum"])
         for key, value in status["slot_moves"].items():
             status["slot_moves"][key] = keep(("slot_moves", key), value)
-        self._high = seen   # series that went (a queue without its label any more) are forgotten
+        # series that went (a queue without its label any more) are forgotten
+        self._high, self._high_sums = seen, seen_sums
         return status
 
-    def _view(self) -> Dict[str, Any]:
+    def _view(self) -> Status:
         rows: Dict[str, List[int]] = {}
         other = [0] * (NCOUNTERS + len(STATES))
         wait = empty_snapshot(LATENCY_BUCKETS)
         lease = empty_snapshot(LATENCY_BUCKETS)
         fsync = empty_snapshot(FSYNC_BUCKETS)
         slot_moves = {"in": 0, "out": 0}
-        shards: List[Dict[str, Any]] = []
-        routers: List[Dict[str, Any]] = []
+        shards: List[ShardStatus] = []
+        routers: List[RouterStatus] = []
         totals = {"jobs": 0, "queues": 0, "connections": 0, "accepted": 0, "bytes_received": 0,
                   "bytes_sent": 0}
         for index in sorted(self.shards):
@@ -293,53 +382,54 @@ class NodeView:
             for counts in [*counted.get("rows", {}).values(), counted.get("other", [0] * NCOUNTERS)]:
                 for i in range(NCOUNTERS):
                     shard_counts[i] += counts[i]
-            entry: Dict[str, Any] = {
+            entry: ShardStatus = {
                 "shard": index, "up": answer is not None,
                 "pid": answer.get("pid") if answer else None,
                 "counters": dict(zip(COUNTERS, shard_counts)),
                 "log_records": counted.get("log_records", 0),
                 "durable": bool((answer or process.last or {}).get("durable")),
                 "history": bool((answer or process.last or {}).get("history")),
-                **{key: counted.get(key, 0) for key in HISTORY_COUNTERS},
+                "history_dropped": counted.get("history_dropped", 0),
+                "history_unread_dropped": counted.get("history_unread_dropped", 0),
                 "accepted": counted.get("accepted", 0),
                 "bytes_received": counted.get("bytes_received", 0),
                 "bytes_sent": counted.get("bytes_sent", 0),
             }
             if answer is not None:
-                entry.update({key: answer.get(key, 0) for key in
-                              ("jobs", "queues", "log_bytes", "connections", "slots_owned",
-                               "history_bytes", "history_segments", "link_frames_sent")})
-                for key in ("jobs", "queues", "connections"):
-                    totals[key] += entry[key]
-            for key in ("accepted", "bytes_received", "bytes_sent"):
-                totals[key] += entry[key]
+                for gauge in SHARD_GAUGES:
+                    entry[gauge] = answer.get(gauge, 0)
+                totals["jobs"] += entry["jobs"]
+                totals["queues"] += entry["queues"]
+                totals["connections"] += entry["connections"]
+            for counter in TRAFFIC_COUNTERS:
+                totals[counter] += entry[counter]
             shards.append(entry)
         for index in sorted(self.routers):
             process = self._processes[("router", index)]
             counted = process.counters()
             answer = process.last if process.up else None
-            entry = {"router": index, "up": answer is not None,
-                     "pid": answer.get("pid") if answer else None,
-                     "accepted": counted.get("accepted", 0),
-                     "bytes_received": counted.get("bytes_received", 0),
-                     "bytes_sent": counted.get("bytes_sent", 0)}
+            router: RouterStatus = {"router": index, "up": answer is not None,
+                                    "pid": answer.get("pid") if answer else None,
+                                    "accepted": counted.get("accepted", 0),
+                                    "bytes_received": counted.get("bytes_received", 0),
+                                    "bytes_sent": counted.get("bytes_sent", 0)}
             if answer is not None:
-                entry["connections"] = answer.get("connections", 0)
-                entry["clients"] = answer.get("clients", 0)
+                router["connections"] = answer.get("connections", 0)
+                router["clients"] = answer.get("clients", 0)
                 # linked to how many of the shards it should reach (a cluster's other hosts')
-                entry["shard_links_up"] = answer.get("shard_links_up", 0)
-                entry["shard_links"] = answer.get("shard_links", 0)
-                entry["link_frames_sent"] = answer.get("link_frames_sent", 0)
-                totals["connections"] += entry["connections"]
-            for key in ("accepted", "bytes_received", "bytes_sent"):
-                totals[key] += entry[key]
-            routers.append(entry)
+                router["shard_links_up"] = answer.get("shard_links_up", 0)
+                router["shard_links"] = answer.get("shard_links", 0)
+                router["link_frames_sent"] = answer.get("link_frames_sent", 0)
+                totals["connections"] += router["connections"]
+            for counter in TRAFFIC_COUNTERS:
+                totals[counter] += router[counter]
+            routers.append(router)
 
         # Labels: the chosen queues on their own, the rest (and "other") summed.
-        held = lambda row: sum(row[NCOUNTERS:])   # noqa: E731
+        held: Callable[[List[int]], int] = lambda row: sum(row[NCOUNTERS:])   # noqa: E731
         labelled = self.labels.choose({name: (row[0], held(row)) for name, row in rows.items()
                                        if name != OTHER})
-        queues: Dict[str, Dict[str, int]] = {}
+        queues: Dict[str, QueueStatus] = {}
         picked = set(labelled)
         for name, row in rows.items():
             if name not in picked:
@@ -361,18 +451,23 @@ class NodeView:
 
 
 # ----------------------------------------------------------- Prometheus
-def _buckets(snapshot: Dict[str, Any]) -> List[Tuple[str, float]]:
+#: prometheus_client leaves it unannotated: a float as Go prints it ("+Inf", "0.005")
+_go_float: Callable[[float], str] = floatToGoString
+
+
+def _buckets(snapshot: Snapshot) -> List[Tuple[str, int]]:
     """Per-bucket counts -> Prometheus's cumulative ``(le, count)`` pairs, +Inf last."""
-    out, running = [], 0
+    out: List[Tuple[str, int]] = []
+    running = 0
     for bound, count in zip(snapshot["bounds"], snapshot["counts"]):
         running += count
-        out.append((floatToGoString(bound), running))
+        out.append((_go_float(bound), running))
     running += sum(snapshot["counts"][len(snapshot["bounds"]):])
     out.append(("+Inf", running))
     return out
 
 
-def families(status: Dict[str, Any]) -> List[Metric]:
+def families(status: Status) -> List[Metric]:
     """The metric families of a :meth:`NodeView.gather` document (every one
     labelled ``node``)."""
     node = status["node"]
@@ -388,7 +483,7 @@ def families(status: Dict[str, Any]) -> List[Metric]:
         out.append(family)
         return family
 
-    def histogram(name: str, doc: str, snapshot: Dict[str, Any]) -> None:
+    def histogram(name: str, doc: str, snapshot: Snapshot) -> None:
         family = HistogramMetricFamily(name, doc, labels=["node"])
         family.add_metric([node], _buckets(snapshot), snapshot["sum"])
         out.append(family)
@@ -405,10 +500,10 @@ def families(status: Dict[str, Any]) -> List[Metric]:
         family = counter(f"queueserver_jobs_{key}_total", docs[key], ["queue"])
         for name, queue in queues.items():
             family.add_metric([node, name], queue["counters"][key])
-    family = gauge("queueserver_queue_jobs", "Jobs held per queue and state.", ["queue", "state"])
+    held = gauge("queueserver_queue_jobs", "Jobs held per queue and state.", ["queue", "state"])
     for name, queue in queues.items():
         for state in STATES:
-            family.add_metric([node, name, state], queue["jobs"][state])
+            held.add_metric([node, name, state], queue["jobs"][state])
     hist = status["histograms"]
     histogram("queueserver_wait_seconds", "Time from ready (added, or back in line) to leased.",
               hist["wait_seconds"])

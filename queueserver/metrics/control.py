@@ -20,9 +20,17 @@ import logging
 import os
 import socket
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, TypeVar
 
 import msgpack
+
+if TYPE_CHECKING:   # the process side's; the supervisor runs without gevent's loop
+    from gevent import Greenlet
+    from gevent import socket as gsocket
+
+#: An answer: a msgpack map, decoded (``Any``: whatever the process sent)
+Answer = Dict[str, Any]
+Key = TypeVar("Key")
 
 log = logging.getLogger("queueserver.metrics")
 
@@ -43,7 +51,7 @@ def control_path(socket_path: str) -> str:
 
 
 # ------------------------------------------------------------ process side
-def serve_control(path: str, stats: Callable[[], Dict[str, Any]]):
+def serve_control(path: str, stats: Callable[[], Answer]) -> Greenlet[[], None]:
     """Listen on ``path`` (gevent; mode 0600) and answer ``["stats"]`` with
     ``stats()``; returns the accepting greenlet. ``stats`` runs in the event
     loop, so it sees a consistent state and must be quick."""
@@ -72,7 +80,7 @@ def serve_control(path: str, stats: Callable[[], Dict[str, Any]]):
     return gevent.spawn(accept_loop)
 
 
-def _answer(sock, stats: Callable[[], Dict[str, Any]]) -> None:
+def _answer(sock: gsocket.socket, stats: Callable[[], Answer]) -> None:
     try:
         sock.settimeout(REQUEST_TIMEOUT)
         unpacker = msgpack.Unpacker(raw=False, max_buffer_size=MAX_REQUEST)
@@ -90,7 +98,7 @@ def _answer(sock, stats: Callable[[], Dict[str, Any]]) -> None:
         sock.close()
 
 
-def _handle(request: Any, stats: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
+def _handle(request: object, stats: Callable[[], Answer]) -> Answer:
     if not (isinstance(request, list) and request and request[0] == "stats"):
         return {"error": f"unknown request {request!r:.100}; expected [\"stats\"]"}
     try:
@@ -101,7 +109,7 @@ def _handle(request: Any, stats: Callable[[], Dict[str, Any]]) -> Dict[str, Any]
 
 
 # --------------------------------------------------------- supervisor side
-def ask(path: str, request: Sequence[Any] = ("stats",), timeout: float = ASK_TIMEOUT) -> Dict[str, Any]:
+def ask(path: str, request: Sequence[object] = ("stats",), timeout: float = ASK_TIMEOUT) -> Answer:
     """One process's answer; OSError (ConnectionRefusedError, FileNotFoundError,
     TimeoutError, ...) or ValueError when there is none within ``timeout`` s."""
     import time
@@ -126,13 +134,13 @@ def ask(path: str, request: Sequence[Any] = ("stats",), timeout: float = ASK_TIM
                 return answer
 
 
-def ask_all(paths: Dict[Any, str], timeout: float = ASK_TIMEOUT) -> Dict[Any, Optional[Dict[str, Any]]]:
+def ask_all(paths: Dict[Key, str], timeout: float = ASK_TIMEOUT) -> Dict[Key, Optional[Answer]]:
     """Every process's answer at once (a thread each): key -> answer, or
     None for a process that did not answer (down, starting, stuck)."""
     if not paths:
         return {}
 
-    def one(path: str) -> Optional[Dict[str, Any]]:
+    def one(path: str) -> Optional[Answer]:
         try:
             answer = ask(path, timeout=timeout)
         except (OSError, ValueError, msgpack.UnpackException) as err:

@@ -12,7 +12,14 @@ path of every lease); ``unit`` is how many seconds one of them is.
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Any, Dict, Sequence
+from typing import List, Sequence, TypedDict
+
+
+class Snapshot(TypedDict):
+    """A histogram as plain data: bounds and sum in seconds, counts per bucket (+Inf last)."""
+    bounds: List[float]
+    counts: List[int]
+    sum: float
 
 
 class Histogram:
@@ -25,14 +32,16 @@ class Histogram:
         scaled = [b / unit for b in self._seconds]
         self.bounds = tuple(int(round(b)) if unit < 1 else b for b in scaled)
         self.counts = [0] * (len(self.bounds) + 1)   # the last one: above every bound (+Inf)
-        self.sum = 0
+        # int µs in a shard, float seconds in the log writer: a float (int is
+        # one to mypy; compiled, the ints are converted, which changes no sum)
+        self.sum: float = 0
 
-    def observe(self, value) -> None:
+    def observe(self, value: float) -> None:
         """Count one value (``le`` semantics: a value equal to a bound is in its bucket)."""
         self.counts[bisect_left(self.bounds, value)] += 1
         self.sum += value
 
-    def unobserve(self, value) -> None:
+    def unobserve(self, value: float) -> None:
         """Take back one :meth:`observe` of ``value`` (an undone event)."""
         i = bisect_left(self.bounds, value)
         if self.counts[i] > 0:
@@ -43,17 +52,17 @@ class Histogram:
     def count(self) -> int:
         return sum(self.counts)
 
-    def snapshot(self) -> Dict[str, Any]:
+    def snapshot(self) -> Snapshot:
         """Plain data for the control socket: bounds and sum in seconds, counts per bucket."""
         return {"bounds": list(self._seconds), "counts": list(self.counts),
                 "sum": self.sum * self.unit}
 
 
-def empty_snapshot(bounds_seconds: Sequence[float]) -> Dict[str, Any]:
+def empty_snapshot(bounds_seconds: Sequence[float]) -> Snapshot:
     return {"bounds": list(bounds_seconds), "counts": [0] * (len(bounds_seconds) + 1), "sum": 0.0}
 
 
-def add_snapshots(into: Dict[str, Any], other: Dict[str, Any]) -> None:
+def add_snapshots(into: Snapshot, other: Snapshot) -> None:
     """``into`` += ``other`` (same bounds; a mismatch keeps only the totals right)."""
     counts, more = into["counts"], other["counts"]
     if len(counts) == len(more) and into["bounds"] == other["bounds"]:

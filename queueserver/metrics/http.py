@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
+from ..config import Config
 from .collect import NodeCollector, NodeView
 
 log = logging.getLogger("queueserver.metrics")
@@ -53,11 +54,12 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:   # noqa: N802 (http.server's naming)
-        node: NodeMetrics = self.server.node   # type: ignore[attr-defined]
+        assert isinstance(self.server, _Server)   # the only server it is given to
+        node = self.server.node
         path = urlsplit(self.path).path
         try:
             if path == "/metrics":
-                encoder, content_type = choose_encoder(self.headers.get("Accept"))
+                encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
                 self._send(200, content_type, encoder(node.registry))
             elif path == "/status":
                 body = json.dumps(node.view.gather(), indent=2, sort_keys=True) + "\n"
@@ -76,7 +78,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args) -> None:   # noqa: A002 (http.server's signature)
+    def log_message(self, format: str, *args: object) -> None:   # noqa: A002 (http.server's signature)
         log.debug("%s %s", self.address_string(), format % args)
 
 
@@ -122,7 +124,7 @@ class NodeMetrics:
         server.server_close()
 
 
-def node_metrics(config, runtime_file: Callable[[str], str]) -> NodeMetrics:
+def node_metrics(config: Config, runtime_file: Callable[[str], str]) -> NodeMetrics:
     """The bound (not yet serving) metrics port of a node run with ``config``;
     ``runtime_file(name)``: a path in its runtime directory. OSError if the
     port cannot be had."""
