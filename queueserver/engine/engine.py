@@ -57,10 +57,11 @@ every queue is in use.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set
+from typing import (Any, Callable, ClassVar, Dict, Final, Iterable, Iterator, List, Literal, Optional,
+                    Sequence, Set)
 
 from . import job as J
-from .effects import Effects, Event
+from .effects import Effects, Event, JobEvent, Token
 from .job import Job
 from .views import as_lease, inspect_view, lease_view, result_view
 from .jobqueue import JobQueue, digest
@@ -75,10 +76,14 @@ MS = 1000  # microseconds per millisecond
 MOVE_CHUNK_BYTES = 4 << 20   # payload bytes per part of a slot move (frames stay far below their cap)
 
 # Timer kinds.
-T_WAKE = "wake"        # a scheduled job's time has come
-T_TTR = "ttr"          # a lease ran out
-T_TTL = "ttl"          # a job lived long enough
-T_WAIT = "wait"        # a waiter's wait-timeout
+T_WAKE: Final = "wake"        # a scheduled job's time has come
+T_TTR: Final = "ttr"          # a lease ran out
+T_TTL: Final = "ttl"          # a job lived long enough
+T_WAIT: Final = "wait"        # a waiter's wait-timeout
+
+#: Who a lease belongs to: ``(channel of the token, connection id)``, opaque
+#: here as the token is (compared, and handed back to the shell).
+Owner = Any
 
 
 class Waiter:
@@ -86,15 +91,16 @@ class Waiter:
 
     __slots__ = ("token", "role", "queues", "job_id", "due", "owner")
 
-    kind = T_WAIT  # as an entry of the shard's timers, a waiter stands for its wait-timeout
+    #: as an entry of the shard's timers, a waiter stands for its wait-timeout
+    kind: ClassVar[Literal["wait"]] = T_WAIT
 
-    def __init__(self, token: Any, role: str) -> None:
+    def __init__(self, token: Token, role: str) -> None:
         self.token = token
         self.role = role            # "lease", "result", "run" or "run-leased"
         self.queues: Sequence[JobQueue] = ()
-        self.job_id: Optional[str] = None
+        self.job_id: Optional[str] = None   # set for "result", "run" and "run-leased"
         self.due: Optional[int] = None
-        self.owner: Any = None      # who a job handed to this waiter is leased to
+        self.owner: Owner = None    # who a job handed to this waiter is leased to
 
 
 class Engine:
@@ -108,22 +114,22 @@ class Engine:
         self.idle: "OrderedDict[str, int]" = OrderedDict()
         self.now = 0                    # the time of the latest request or timer run
         #: owner -> ids of the jobs leased to it; job id -> its owner
-        self.owned: Dict[Any, Set[str]] = {}
-        self._owner_of: Dict[str, Any] = {}
+        self.owned: Dict[Owner, Set[str]] = {}
+        self._owner_of: Dict[str, Owner] = {}
         self.jobs: Dict[str, Job] = {}
         # Jobs by number, built on the first delete by number (goqueue): shards
         # that never see one pay nothing per job for it.
         self.by_number: Optional[Dict[int, Job]] = None
         self.queues: Dict[str, JobQueue] = {}
         self.timers = Timers()
-        self.waiters: Dict[Any, Waiter] = {}
+        self.waiters: Dict[Token, Waiter] = {}
         self.result_waiters: Dict[str, List[Waiter]] = {}
         #: what the step under way has caused (a fresh one per execute or advance)
         self._fx = Effects()
         #: whether steps also report each event's job as it is after it (for a
         #: job history); off, events cost nothing more
         self.history = False
-        self._lessee: Any = None    # the token of the request the lease under way goes to
+        self._lessee: Token = None  # the token of the request the lease under way goes to
         self.evicted = 0
         self.last_number = 0
         #: ``[next, end)`` of the block this shard numbers jobs from (None:
@@ -134,7 +140,7 @@ class Engine:
         self.slots: Optional[SlotOwnership] = None
 
     # ------------------------------------------------------------------ entry
-    def execute(self, op: str, args: Sequence[Any], now: int, token: Any = None) -> Effects:
+    def execute(self, op: str, args: Sequence[Any], now: int, token: Token = None) -> Effects:
         """Run request ``op``; its effects, whose ``reply`` is None if it now
         waits under ``token``."""
         fx = self._step()
@@ -165,12 +171,13 @@ class Engine:
         if self.queue_idle:
             self._drop_unused(now - self.queue_idle)
         for entry in self.timers.due(now):
-            kind = entry.kind
-            if kind == T_WAIT:
+            if entry.kind == T_WAIT:
                 entry.due = None
                 self._wait_expired(entry)
                 continue
-            job = entry if kind == T_TTL else entry.job
+            job = entry if entry.kind == T_TTL else entry.job
+            kind, due = entry.kind, entry.due
+            assert job is not None and due is not None   # an engine's timer has a job; it fell due
             if kind == T_TTR and job.foreground and not self._caller_waits(job.id):
                 # The `run` caller's wait-timeout passed while a worker held the
                 # job; the lease is over too, so the caller gets TIMEOUT.
@@ -179,11 +186,11 @@ class Engine:
                         self._reply(waiter, [TIMEOUT, ""])
                 self.apply(("delete", job.id))
             else:
-                self.apply((kind, job.id, entry.due))
+                self.apply((kind, job.id, due))
         return fx
 
     # --------------------------------------------------------------- requests
-    def _add(self, now: int, token: Any, id: str, name: str, payload: bytes, priority: int = 0,
+    def _add(self, now: int, token: Token, id: str, name: str, payload: bytes, priority: int = 0,
              ttr: int = 0, ttl: int = 0, max_attempts: int = 0, max_fails: int = 0,
              sched: Optional[int] = None, unique: bool = False, number: int = 0) -> Reply:
         """Enqueue a job; answers ``[id, number]``, or ``None`` when ``unique`` drops it.
@@ -202,7 +209,7 @@ class Engine:
                     max_attempts, max_fails, now, sched, False))
         return [OK, [id, number]]
 
-    def _run(self, now: int, token: Any, id: str, name: str, payload: bytes, priority: int,
+    def _run(self, now: int, token: Token, id: str, name: str, payload: bytes, priority: int,
              ttr: int, timeout: int, number: int = 0) -> Optional[Reply]:
         self._check_new(id)
         self._admit(name)
@@ -215,7 +222,7 @@ class Engine:
                     0, 0, now, None, True))
         return None
 
-    def _lease(self, now: int, token: Any, names: Sequence[str], timeout: Optional[int],
+    def _lease(self, now: int, token: Token, names: Sequence[str], timeout: Optional[int],
                owner: Any = None) -> Optional[Reply]:
         """Lease the first ready job of ``names``, or wait ``timeout`` ms for
         one (None: without limit). With an ``owner``, the lease ends when
@@ -241,27 +248,27 @@ class Engine:
         self._park(waiter, now, timeout)
         return None
 
-    def _unlease(self, now: int, token: Any, id: str, attempts: int) -> Reply:
+    def _unlease(self, now: int, token: Token, id: str, attempts: int) -> Reply:
         """Undo a lease that was never delivered (the router lost its client)."""
         job = self.jobs.get(id)
         if job is not None and job.state == J.LEASED and job.attempts == attempts:
             self.apply(("unlease", id, now))
         return [OK, None]
 
-    def _finish(self, now: int, token: Any, id: str, result: bytes, success: bool) -> Reply:
+    def _finish(self, now: int, token: Token, id: str, result: bytes, success: bool) -> Reply:
         job = self._job(id)
         if job.finished:
             raise client_error("Duplicate result")
         self.apply(("complete" if success else "fail", id, result, now))
         return [OK, None]
 
-    def _complete(self, now: int, token: Any, id: str, result: bytes) -> Reply:
+    def _complete(self, now: int, token: Token, id: str, result: bytes) -> Reply:
         return self._finish(now, token, id, result, True)
 
-    def _fail(self, now: int, token: Any, id: str, result: bytes) -> Reply:
+    def _fail(self, now: int, token: Token, id: str, result: bytes) -> Reply:
         return self._finish(now, token, id, result, False)
 
-    def _retry(self, now: int, token: Any, id: str, name: Optional[str] = None) -> Reply:
+    def _retry(self, now: int, token: Token, id: str, name: Optional[str] = None) -> Reply:
         """Make a job ready again at its original place in add order (as the
         original takeanumber did), charging its retry budget.
 
@@ -275,7 +282,7 @@ class Engine:
         self.apply(("retry", id, now))
         return [OK, None]
 
-    def _delete(self, now: int, token: Any, id: str, name: Optional[str] = None) -> Reply:
+    def _delete(self, now: int, token: Token, id: str, name: Optional[str] = None) -> Reply:
         """Remove a job. A delete naming the job's queue is takeanumber's DONE:
         of a leased job, it is how that protocol's worker finishes it."""
         job = self._job(id, name)
@@ -307,7 +314,7 @@ class Engine:
         """Whether a job numbered ``number`` is here."""
         return number in self._numbered()
 
-    def _delete_number(self, now: int, token: Any, number: int) -> Reply:
+    def _delete_number(self, now: int, token: Token, number: int) -> Reply:
         """goqueue's DELETE: of a reserved job, how its worker finishes it."""
         job = self._numbered().get(number)
         if job is None:
@@ -318,7 +325,7 @@ class Engine:
             self.apply(("delete", job.id))
         return [OK, job.id]
 
-    def _result(self, now: int, token: Any, id: str, timeout: int) -> Optional[Reply]:
+    def _result(self, now: int, token: Token, id: str, timeout: int) -> Optional[Reply]:
         job = self._job(id)
         if job.finished:
             return [OK, result_view(job)]
@@ -330,7 +337,7 @@ class Engine:
         self._park(waiter, now, timeout)
         return None
 
-    def _withdraw_new(self, now: int, token: Any, id: str) -> Reply:
+    def _withdraw_new(self, now: int, token: Token, id: str) -> Reply:
         """A job just made whose id another shard's job turned out to hold
         (its home refused the claim): it goes, and a ``run`` caller waiting
         for it hears ``Duplicate job``."""
@@ -340,7 +347,7 @@ class Engine:
             self.apply(("delete", id))
         return [OK, None]
 
-    def _cancel(self, now: int, token: Any, waiting: Any) -> Reply:
+    def _cancel(self, now: int, token: Token, waiting: Token) -> Reply:
         """Withdraw the parked request ``waiting`` (its client is gone); it is
         answered ``TIMEOUT`` at once."""
         waiter = self.waiters.get(waiting)
@@ -348,12 +355,13 @@ class Engine:
             # Answered, so that the shell can forget the request.
             self._reply(waiter, [TIMEOUT, ""])
             if waiter.role == "run":
+                assert waiter.job_id is not None   # a run waiter waits for its job
                 job = self.jobs.get(waiter.job_id)
                 if job is not None and not job.finished:
                     self.apply(("delete", job.id))
         return [OK, None]
 
-    def _take(self, now: int, token: Any, name: str, must_exist: bool = False) -> Reply:
+    def _take(self, now: int, token: Token, name: str, must_exist: bool = False) -> Reply:
         """Remove and return the first ready job: a dequeue with no acknowledgement."""
         queue = self.queues.get(name)
         if queue is None and must_exist:
@@ -365,7 +373,7 @@ class Engine:
         self.apply(("take", best.id))
         return [OK, view]
 
-    def _restore(self, now: int, token: Any, view: list) -> Reply:
+    def _restore(self, now: int, token: Token, view: Sequence[Any]) -> Reply:
         """Put back a job whose ``take`` could not be delivered (its client left),
         at the very place it had; TTL and attempt limits do not come back."""
         id, name, payload, number, priority, ttr, _attempts, order = as_lease(view)[:8]
@@ -373,62 +381,62 @@ class Engine:
             self.apply(("restore", id, number, name, payload, priority, ttr, list(order), now))
         return [OK, None]
 
-    def _size(self, now: int, token: Any, name: str, must_exist: bool = False) -> Reply:
+    def _size(self, now: int, token: Token, name: str, must_exist: bool = False) -> Reply:
         """Ready jobs in the queue (leased and sleeping ones are not waiting in line)."""
         queue = self.queues.get(name)
         if queue is None and must_exist:
             raise not_found()
         return [OK, len(queue.ready) if queue is not None else 0]
 
-    def _has(self, now: int, token: Any, name: str, content_digest: bytes) -> Reply:
+    def _has(self, now: int, token: Token, name: str, content_digest: bytes) -> Reply:
         queue = self.queues.get(name)
         return [OK, queue is not None and queue.holds(content_digest)]
 
-    def _create_queue(self, now: int, token: Any, name: str) -> Reply:
+    def _create_queue(self, now: int, token: Token, name: str) -> Reply:
         self._admit(name)
         if name not in self.queues:
             self.apply(("queue", name))
         return [OK, None]
 
-    def _disown(self, now: int, token: Any, owner: Any) -> Reply:
+    def _disown(self, now: int, token: Token, owner: Owner) -> Reply:
         """``owner`` is gone: every job still leased to it is ready again
         (charged as an attempt, like an expired lease)."""
         for id in list(self.owned.get(owner, ())):
             self.apply(("release", id, now))
         return [OK, None]
 
-    def _exists(self, now: int, token: Any, id: str) -> Reply:
+    def _exists(self, now: int, token: Token, id: str) -> Reply:
         self._job(id)
         return [OK, None]
 
-    def _inspect_job(self, now: int, token: Any, id: str) -> Reply:
+    def _inspect_job(self, now: int, token: Token, id: str) -> Reply:
         return [OK, inspect_view(self._job(id))]
 
-    def _inspect_jobs(self, now: int, token: Any, name: str, offset: int, limit: int) -> Reply:
+    def _inspect_jobs(self, now: int, token: Token, name: str, offset: int, limit: int) -> Reply:
         queue = self.queues.get(name)
         if queue is None:
             raise not_found()
         return [OK, [inspect_view(j) for j in queue.ready.islice(offset, offset + limit)]]
 
-    def _inspect_scheduled(self, now: int, token: Any, name: str, offset: int, limit: int) -> Reply:
+    def _inspect_scheduled(self, now: int, token: Token, name: str, offset: int, limit: int) -> Reply:
         queue = self.queues.get(name)
         if queue is None:
             raise not_found()
         return [OK, [inspect_view(j) for j in queue.scheduled.islice(offset, offset + limit)]]
 
-    def _inspect_queue(self, now: int, token: Any, name: str) -> Reply:
+    def _inspect_queue(self, now: int, token: Token, name: str) -> Reply:
         queue = self.queues.get(name)
         if queue is None:
             raise not_found()
         return [OK, [name, len(queue.ready), len(queue.scheduled)]]
 
-    def _inspect_queues(self, now: int, token: Any, offset: int, limit: int) -> Reply:
+    def _inspect_queues(self, now: int, token: Token, offset: int, limit: int) -> Reply:
         """The first ``offset + limit`` queues by name: the router merges the
         shards' lists and cuts the page."""
         names = sorted(self.queues)[:offset + limit]
         return [OK, [[n, len(self.queues[n].ready), len(self.queues[n].scheduled)] for n in names]]
 
-    def _inspect_server(self, now: int, token: Any) -> Reply:
+    def _inspect_server(self, now: int, token: Token) -> Reply:
         return [OK, {"evicted-jobs": self.evicted, "jobs": len(self.jobs),
                      "queues": len(self.queues), "waiters": len(self.waiters),
                      "last-number": self.last_number}]
@@ -516,7 +524,7 @@ class Engine:
                 dropped += 1
         return dropped
 
-    def _own(self, job: Job, owner: Any) -> None:
+    def _own(self, job: Job, owner: Owner) -> None:
         if owner is not None:
             self.owned.setdefault(owner, set()).add(job.id)
             self._owner_of[job.id] = owner
@@ -560,6 +568,7 @@ class Engine:
 
     def _wait_expired(self, waiter: Waiter) -> None:
         if waiter.role == "run":
+            assert waiter.job_id is not None   # a run waiter waits for its job
             job = self.jobs.get(waiter.job_id)
             if job is not None and job.state == J.LEASED:
                 # A worker has it: the caller now waits out this lease's TTR.
@@ -632,17 +641,15 @@ class Engine:
         # read after them (a job that left is read before it goes).
         history = fx.history
         at = len(history)
-        history.append(None)
-        key = event[1] if len(event) > 1 and event[1].__class__ is str else None   # a job's id
+        key = event[1] if len(event) > 1 and type(event[1]) is str else None   # a job's id
         job = self.jobs.get(key) if key is not None else None
         self._events[event[0]](self, *event[1:])
         if job is None and key is not None:
             job = self.jobs.get(key)
         if job is None:
-            del history[at]
             return
-        history[at] = (event[0], job.id, job.name, job.number, job.attempts, job.priority,
-                       len(job.payload), job.state, self._lessee)
+        history.insert(at, (event[0], job.id, job.name, job.number, job.attempts, job.priority,
+                            len(job.payload), job.state, self._lessee))
 
     def replay(self, events: Iterable[Event]) -> None:
         """Rebuild state from recorded events: no waiters exist, so nothing
@@ -677,7 +684,7 @@ class Engine:
             yield self.job_event(job)
 
     @staticmethod
-    def job_event(job: Job) -> Event:
+    def job_event(job: Job) -> JobEvent:
         """The ``job`` event that makes ``job`` again as it is, its lease's
         deadline included (a snapshot's entry, and a job moving to another shard)."""
         timer = job.timer
@@ -688,8 +695,11 @@ class Engine:
                 job.foreground, job.scheduled, job.state, job.attempts, job.fails,
                 job.result if job.finished else None, sleeping, lease_due)
 
-    def _ev_add(self, id, number, name, payload, priority, ttr, ttl, max_attempts, max_fails,
-                now, sched, foreground) -> None:
+    # The handlers of the events, by kind: their arguments are the event's
+    # items after the kind, as :mod:`.effects` gives them.
+    def _ev_add(self, id: str, number: int, name: str, payload: bytes, priority: int, ttr: int,
+                ttl: int, max_attempts: int, max_fails: int, now: int, sched: Optional[int],
+                foreground: bool) -> None:
         queue = self._queue(name)
         # Jobs share their queue's name, and jobs added alike one flags int
         # (TTR, TTL, limits): less memory per job.
@@ -704,18 +714,21 @@ class Engine:
             queue.push(job)
             self._offer(queue, now)
 
-    def _ev_restore(self, id, number, name, payload, priority, ttr, order, now) -> None:
+    def _ev_restore(self, id: str, number: int, name: str, payload: bytes, priority: int, ttr: int,
+                    order: Sequence[int], now: int) -> None:
         queue = self._queue(name)
+        minus_priority, sched, created, order_number = order
         job = Job(id, number, queue.name, payload, priority=priority, ttr=ttr,
-                  max_attempts=J.UNLIMITED_ATTEMPTS, created=order[2], sched=order[1])
-        job.order = tuple(order)
+                  max_attempts=J.UNLIMITED_ATTEMPTS, created=created, sched=sched)
+        job.order = (minus_priority, sched, created, order_number)
         self._register(job, queue)
         queue.push(job)
         self._offer(queue, now)
 
-    def _ev_job(self, id, number, name, payload, priority, ttr, ttl, max_attempts, max_fails,
-                created, sched, foreground, scheduled, state, attempts, fails, result,
-                sleeping, lease_due=None) -> None:
+    def _ev_job(self, id: str, number: int, name: str, payload: bytes, priority: int, ttr: int,
+                ttl: int, max_attempts: int, max_fails: int, created: int, sched: int,
+                foreground: bool, scheduled: bool, state: int, attempts: int, fails: int,
+                result: Optional[bytes], sleeping: bool, lease_due: Optional[int] = None) -> None:
         """One job as :meth:`snapshot` saw it (logs written before leases'
         deadlines were kept lack ``lease_due``)."""
         queue = self._queue(name)
@@ -740,10 +753,10 @@ class Engine:
         else:
             queue.push(job)
 
-    def _ev_queue(self, name) -> None:
+    def _ev_queue(self, name: str) -> None:
         self._queue(name)
 
-    def _ev_counters(self, last_number, evicted) -> None:
+    def _ev_counters(self, last_number: int, evicted: int) -> None:
         self.last_number = max(self.last_number, last_number)
         self.evicted = evicted
 
@@ -764,7 +777,7 @@ class Engine:
     def _start_ttl(self, job: Job) -> None:
         self.timers.add(job)  # its due follows from its schedule and TTL
 
-    def _ev_wake(self, id, now) -> None:
+    def _ev_wake(self, id: str, now: int) -> None:
         job = self.jobs[id]
         queue = self.queues[job.name]
         queue.wake(job)
@@ -772,7 +785,7 @@ class Engine:
         job.timer = None
         self._offer(queue, now)
 
-    def _ev_lease(self, id, now) -> None:
+    def _ev_lease(self, id: str, now: int) -> None:
         job = self.jobs[id]
         self.queues[job.name].remove(job)
         job.state = J.LEASED
@@ -781,7 +794,7 @@ class Engine:
         if ttr:
             job.timer = self.timers.add(Timer(now + ttr * MS, T_TTR, job))
 
-    def _ev_unlease(self, id, now) -> None:
+    def _ev_unlease(self, id: str, now: int) -> None:
         job = self.jobs[id]
         self._unown(job)
         job.attempts -= 1
@@ -792,7 +805,7 @@ class Engine:
         queue.push(job)
         self._offer(queue, now)
 
-    def _ev_ttr(self, id, now) -> None:
+    def _ev_ttr(self, id: str, now: int) -> None:
         """A lease ran out: back in line, or failed when max-attempts is used up."""
         job = self.jobs[id]
         self.timers.cancel(job.timer)
@@ -802,14 +815,14 @@ class Engine:
         else:
             self._requeue(job, now)
 
-    def _ev_exhaust(self, id) -> None:
+    def _ev_exhaust(self, id: str) -> None:
         """A job met at lease time with no attempts left fails without a result."""
         self._settle(self.jobs[id], J.FAILED, None)
 
-    def _ev_complete(self, id, result, now) -> None:
+    def _ev_complete(self, id: str, result: bytes, now: int) -> None:
         self._settle(self.jobs[id], J.COMPLETED, result)
 
-    def _ev_fail(self, id, result, now) -> None:
+    def _ev_fail(self, id: str, result: bytes, now: int) -> None:
         job = self.jobs[id]
         job.fails += 1
         if job.fails < job.max_fails and job.attempts_left:
@@ -822,7 +835,7 @@ class Engine:
         else:
             self._settle(job, J.FAILED, result)
 
-    def _ev_retry(self, id, now) -> None:
+    def _ev_retry(self, id: str, now: int) -> None:
         job = self.jobs[id]
         job.fails += 1
         queue = self.queues[job.name]
@@ -831,14 +844,14 @@ class Engine:
         queue.push(job)
         self._offer(queue, now)
 
-    def _ev_release(self, id, now) -> None:
+    def _ev_release(self, id: str, now: int) -> None:
         """A job's owner is gone: its lease ends and it is ready again."""
         job = self.jobs[id]
         self.timers.cancel(job.timer)
         job.timer = None
         self._requeue(job, now)
 
-    def _ev_delete(self, id) -> None:
+    def _ev_delete(self, id: str) -> None:
         self._remove(self.jobs[id], [NOT_FOUND, ""])
 
     def _remove(self, job: Job, to_waiters: Reply) -> None:
@@ -859,41 +872,48 @@ class Engine:
         for waiter in list(waiting or ()):
             self._reply(waiter, to_waiters)
 
-    def _ev_evict(self, id, now) -> None:
+    def _ev_evict(self, id: str, now: int) -> None:
         job = self.jobs[id]
         if not job.finished:
             self.evicted += 1
         self._ev_delete(id)
 
     # ---------------------------------------------------- slots (a cluster)
-    def _ev_own(self, ranges, epoch) -> None:
+    def _ev_own(self, ranges: Sequence[Sequence[int]], epoch: int) -> None:
         if self.slots is None:
             self.slots = SlotOwnership()
         self.slots.own(ranges, epoch)
 
-    def _ev_moving(self, ranges, target, epoch) -> None:
+    # The events of a move come after the shard's first ``own``: slots are set.
+    def _ev_moving(self, ranges: Sequence[Sequence[int]], target: int, epoch: int) -> None:
+        assert self.slots is not None
         self.slots.begin(ranges, target, epoch)
 
-    def _ev_export(self, id, epoch) -> None:
+    def _ev_export(self, id: str, epoch: int) -> None:
         """A job of a slot being given away is set aside, out of every line
         and timer: nothing here changes it any more."""
         job = self.jobs[id]
         self._ev_exported(epoch, self.job_event(job))
         self._remove(job, [TIMEOUT, ""])
 
-    def _ev_exported(self, epoch, event) -> None:
+    def _ev_exported(self, epoch: int, event: Sequence[Any]) -> None:
+        """``event``: a ``job`` event (a :data:`JobEvent`; read back from a log,
+        whatever that held)."""
+        assert self.slots is not None
         move = self.slots.moves[epoch]
         move.jobs.append(tuple(event))
         move.ids.add(event[1])
         move.numbers.add(event[2])
 
-    def _ev_gave(self, epoch) -> None:
+    def _ev_gave(self, epoch: int) -> None:
+        assert self.slots is not None
         self.slots.finish(epoch)
 
-    def _ev_hints(self, hints) -> None:
+    def _ev_hints(self, hints: Sequence[Sequence[int]]) -> None:
+        assert self.slots is not None
         self.slots.set_hints(hints)
 
-    def _move_out(self, now: int, token: Any, ranges: list, target: int, epoch: int,
+    def _move_out(self, now: int, token: Token, ranges: Sequence[Sequence[int]], target: int, epoch: int,
                   start: int = 0, budget: int = MOVE_CHUNK_BYTES) -> Reply:
         """Stop serving the slots of ``ranges`` and set their jobs aside for
         ``target``. Answers ``{"jobs": [job events], "next": index or None}``:
@@ -924,8 +944,8 @@ class Engine:
         return [OK, {"jobs": [list(job) for job in jobs[start:end]],
                      "next": end if end < len(jobs) else None}]
 
-    def _move_in(self, now: int, token: Any, ranges: list, epoch: int, jobs: list,
-                 last: bool = True) -> Reply:
+    def _move_in(self, now: int, token: Token, ranges: Sequence[Sequence[int]], epoch: int,
+                 jobs: Sequence[Sequence[Any]], last: bool = True) -> Reply:
         """Take jobs (``job`` events) of the slots of ``ranges``, and with the
         ``last`` part the slots themselves: served from then on. A repeat of
         a move already taken changes nothing; a part sent again replaces
@@ -949,13 +969,13 @@ class Engine:
                 self._offer(queue, now)
         return [OK, len(jobs)]
 
-    def _claim(self, now: int, token: Any, ranges: list) -> Reply:
+    def _claim(self, now: int, token: Token, ranges: Sequence[Sequence[int]]) -> Reply:
         """A shard joins a cluster: the slots it starts with (its log keeps them)."""
         if self.slots is None:
             self.apply(("own", ranges, 1))
         return [OK, None]
 
-    def _move_done(self, now: int, token: Any, epoch: int) -> Reply:
+    def _move_done(self, now: int, token: Token, epoch: int) -> Reply:
         """The receiver holds the jobs: drop them here for good."""
         if self.slots is not None and epoch in self.slots.moves:
             self.apply(("gave", epoch))
@@ -991,7 +1011,7 @@ class Engine:
             queue.discard(job)
         job.timer = None
 
-    def _settle(self, job: Job, state: int, result: bytes) -> None:
+    def _settle(self, job: Job, state: int, result: Optional[bytes]) -> None:
         """Give ``job`` its final state and result; wake whoever waits for it."""
         self._detach(job, self.queues[job.name])
         job.state = state

@@ -25,7 +25,7 @@ object (CPython 3.11, with its GC header), where eight took 96.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import ClassVar, Dict, Literal, Optional, Tuple, Union
 
 from .timers import Timer
 
@@ -131,7 +131,8 @@ def _fields_out_of_range(**fields: int) -> ValueError:
 class Job:
     """One job. ``key`` is its place in a ready queue (smallest first)."""
 
-    kind = "ttl"  # as an entry of the shard's timers, a job stands for its TTL
+    #: as an entry of the shard's timers, a job stands for its TTL
+    kind: ClassVar[Literal["ttl"]] = "ttl"
 
     __slots__ = ("id", "name", "payload", "key", "aux", "flags")
 
@@ -165,7 +166,7 @@ class Job:
             pack_order(priority, sched, created, number)  # raises, saying what
         key = (s << _S_SHIFT) | (c << _C_SHIFT) | number
         self.key = (-priority << _P_SHIFT) + key if priority else key
-        self.aux: Any = None                # its timer while one runs; its result once finished
+        self.aux: Union[Timer, bytes, None] = None   # its timer while one runs; its result once finished
         if not (0 <= ttr <= _TTR_MASK and ttl >= 0 and -1 <= max_attempts < _FIELD_MASK
                 and 0 <= max_fails <= _FIELD_MASK):
             raise _fields_out_of_range(ttr=ttr, ttl=ttl, max_attempts=max_attempts, max_fails=max_fails)
@@ -185,7 +186,7 @@ class Job:
         return unpack_order(self.key)
 
     @order.setter
-    def order(self, order: Sequence[int]) -> None:
+    def order(self, order: Tuple[int, int, int, int]) -> None:
         minus_priority, sched, created, number = order
         self.key = pack_order(-minus_priority, sched, created, number)
 
@@ -289,17 +290,17 @@ class Job:
     def timer(self) -> Optional[Timer]:
         """The wake-up or TTR Timer, if any."""
         aux = self.aux
-        return aux if aux.__class__ is Timer else None
+        return aux if type(aux) is Timer else None
 
     @timer.setter
     def timer(self, timer: Optional[Timer]) -> None:
-        if timer is not None or self.aux.__class__ is Timer:
+        if timer is not None or type(self.aux) is Timer:
             self.aux = timer
 
     @property
     def result(self) -> Optional[bytes]:
         aux = self.aux
-        return None if aux.__class__ is Timer else aux
+        return None if type(aux) is Timer else aux
 
     @result.setter
     def result(self, result: Optional[bytes]) -> None:

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from typing import Dict, Optional
+from typing import TYPE_CHECKING, Dict, Optional
 
 from .job import Job, schedule_key
 from .timers import JobLine
 
+if TYPE_CHECKING:
+    from .engine import Waiter
 
-class ScheduleLine(JobLine):
+
+class ScheduleLine(JobLine[Job]):
     """Sleeping jobs by ``(sched, number)``, derived from each job's key
     when needed: one pointer per scheduled job, no stored key int."""
 
@@ -35,11 +38,12 @@ class JobQueue:
     def __init__(self, name: str) -> None:
         self.name = name
         self.jobs = 0  # jobs of this queue in any state: it may go only at 0
-        self.ready = JobLine()          # by job.key: priority, schedule, creation, number
+        self.ready: JobLine[Job] = JobLine()   # by job.key: priority, schedule, creation, number
         self.scheduled = ScheduleLine()  # by (sched, number)
         # Insertion-ordered set: the first waiter is served first.
-        self.waiters: Dict[object, None] = {}
-        self._digests: Optional[Counter] = None
+        self.waiters: Dict[Waiter, None] = {}
+        #: payload digest -> how many waiting jobs have it (None: not asked for yet)
+        self._digests: Optional[Counter[bytes]] = None
 
     # Membership: every way in and out of the queue.
     def push(self, job: Job) -> None:
@@ -72,12 +76,15 @@ class JobQueue:
         self.ready.add(job)
 
     def _forget_digest(self, job: Job) -> None:
+        """Called only once the index exists."""
+        digests = self._digests
+        assert digests is not None
         key = digest(job.payload)
-        left = self._digests[key] - 1
+        left = digests[key] - 1
         if left:
-            self._digests[key] = left
+            digests[key] = left
         else:
-            del self._digests[key]
+            del digests[key]
 
     def holds(self, content_digest: bytes) -> bool:
         """Whether a waiting (ready or scheduled) job has this payload digest."""

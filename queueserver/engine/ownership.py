@@ -12,9 +12,10 @@ owner and the move's epoch) for routers that still hold an old map.
 from __future__ import annotations
 
 from array import array
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple, TypedDict, Union
 
 from ..cluster.slots import SLOTS, Ranges, from_ranges, to_ranges
+from .effects import Event, JobEvent
 
 NOT_OURS, SERVING, MOVING = 0, 1, 2
 
@@ -28,9 +29,25 @@ class OutgoingMove:
         self.epoch = epoch
         self.ranges = ranges
         self.target = target
-        self.jobs: List[tuple] = []      # "job" events (see Engine.job_event)
+        self.jobs: List[JobEvent] = []   # "job" events (see Engine.job_event)
         self.ids: Set[str] = set()
         self.numbers: Set[int] = set()
+
+
+class MoveSummary(TypedDict):
+    epoch: int
+    ranges: Ranges
+    target: int
+    jobs: int
+
+
+class SlotSummary(TypedDict):
+    """:meth:`SlotOwnership.summary`: ``[start, end, epoch]`` runs served,
+    the moves under way, ``[slot, target, epoch]`` hints, the highest epoch."""
+    served: List[List[int]]
+    moving: List[MoveSummary]
+    hints: List[List[int]]
+    max_epoch: int
 
 
 class SlotOwnership:
@@ -55,7 +72,7 @@ class SlotOwnership:
                     return move
         return None
 
-    def holding(self, key: Any) -> Optional[OutgoingMove]:
+    def holding(self, key: Union[str, int]) -> Optional[OutgoingMove]:
         """The move whose jobs include the one with id (or number) ``key``."""
         for move in self.moves.values():
             if key in move.ids or key in move.numbers:
@@ -70,7 +87,7 @@ class SlotOwnership:
             epochs[slot] = epoch
             hints.pop(slot, None)
 
-    def begin(self, ranges: Ranges, target: int, epoch: int) -> OutgoingMove:
+    def begin(self, ranges: Sequence[Sequence[int]], target: int, epoch: int) -> OutgoingMove:
         move = self.moves[epoch] = OutgoingMove(epoch, [list(r) for r in ranges], target)
         for slot in from_ranges(ranges):
             self.state[slot] = MOVING
@@ -103,7 +120,7 @@ class SlotOwnership:
                 runs.append([slot, slot + 1, epochs[slot]])
         return runs
 
-    def summary(self) -> Dict[str, Any]:
+    def summary(self) -> SlotSummary:
         """What routers and the ``cluster`` command need to know (msgpack-able)."""
         return {"served": self.served_ranges(),
                 "moving": [{"epoch": m.epoch, "ranges": m.ranges, "target": m.target,
@@ -111,9 +128,9 @@ class SlotOwnership:
                 "hints": [[slot, target, epoch] for slot, (target, epoch) in self.hints.items()],
                 "max_epoch": max(self.epochs)}
 
-    def snapshot(self) -> List[tuple]:
+    def snapshot(self) -> List[Event]:
         """Events that rebuild this state (a compacted log's base)."""
-        events: List[tuple] = [("own", [], 0)]   # a shard of a cluster, even owning nothing
+        events: List[Event] = [("own", [], 0)]   # a shard of a cluster, even owning nothing
         by_epoch: Dict[int, List[int]] = {}
         for slot in range(SLOTS):
             if self.state[slot] == SERVING:

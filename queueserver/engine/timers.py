@@ -25,7 +25,12 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right, insort_right
 from itertools import chain, islice
 from operator import attrgetter
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import (TYPE_CHECKING, Callable, Dict, Generic, Iterator, List, Literal, Optional, Tuple,
+                    TypeVar, Union, final)
+
+if TYPE_CHECKING:
+    from .engine import Waiter
+    from .job import Job
 
 
 #: Distinct (TTL, priority) pairs that get a line of their own; more are
@@ -35,8 +40,10 @@ MAX_LINES = 64
 _by_due = attrgetter("due")
 _by_key = attrgetter("key")
 
+T = TypeVar("T")
 
-class JobLine:
+
+class JobLine(Generic[T]):
     """Jobs sorted by their ``key`` (smallest first), keeping no keys.
 
     A ``SortedKeyList`` stores each element's key beside it; here the key is
@@ -56,14 +63,14 @@ class JobLine:
 
     LOAD = 250
     #: The attribute a line is sorted by (a C callable, no per-entry key kept).
-    keyof = _by_key
+    keyof: Callable[[T], int] = _by_key
 
     def __init__(self) -> None:
-        self._lists: List[List[Any]] = []
-        self._maxes: List[Any] = []
+        self._lists: List[List[T]] = []
+        self._maxes: List[int] = []
         self._len = 0
 
-    def add(self, job: Any) -> None:
+    def add(self, job: T) -> None:
         key = self.keyof(job)
         lists, maxes = self._lists, self._maxes
         if maxes and key >= maxes[-1]:  # at the end: the usual case for a queue
@@ -86,7 +93,7 @@ class JobLine:
             lists[i:i + 1] = sub[:half], sub[half:]
             maxes.insert(i, self.keyof(sub[half - 1]))
 
-    def _find(self, job: Any) -> Optional[Tuple[int, int]]:
+    def _find(self, job: T) -> Optional[Tuple[int, int]]:
         """``(sublist index, index)`` of ``job``, or None."""
         keyof = self.keyof
         key = keyof(job)
@@ -119,7 +126,7 @@ class JobLine:
         elif j == len(sub):
             self._maxes[i] = self.keyof(sub[-1])
 
-    def discard(self, job: Any) -> bool:
+    def discard(self, job: T) -> bool:
         """Remove ``job`` if present; whether it was."""
         lists = self._lists
         if lists:
@@ -137,11 +144,11 @@ class JobLine:
                 return True
         return False
 
-    def remove(self, job: Any) -> None:
+    def remove(self, job: T) -> None:
         if not self.discard(job):
             raise ValueError(f"{job!r} not in line")
 
-    def pop(self, index: int = 0) -> Any:
+    def pop(self, index: int = 0) -> T:
         if index != 0:
             raise IndexError("a line pops only its first job")
         if not self._len:
@@ -150,7 +157,7 @@ class JobLine:
         self._delete(0, 0)
         return job
 
-    def __getitem__(self, index: int) -> Any:
+    def __getitem__(self, index: int) -> T:
         if index == 0 and self._len:
             return self._lists[0][0]
         if index < 0:
@@ -163,13 +170,13 @@ class JobLine:
             index -= len(sub)
         raise IndexError("line index out of range")  # pragma: no cover
 
-    def __contains__(self, job: Any) -> bool:
+    def __contains__(self, job: T) -> bool:
         return self._find(job) is not None
 
-    def islice(self, start: int = 0, stop: Optional[int] = None) -> Iterator[Any]:
+    def islice(self, start: int = 0, stop: Optional[int] = None) -> Iterator[T]:
         return islice(iter(self), start, stop)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[T]:
         return chain.from_iterable(self._lists)
 
     def __len__(self) -> int:
@@ -179,7 +186,7 @@ class JobLine:
         return self._len > 0
 
 
-class DueLine(JobLine):
+class DueLine(JobLine[T]):
     """Entries sorted by their ``due`` (which must not change while inside)."""
 
     __slots__ = ()
@@ -187,39 +194,48 @@ class DueLine(JobLine):
     keyof = _by_due
 
 
+@final
 class Timer:
     """A deadline of a job other than its TTL (TTR, or a scheduled wake-up)."""
 
     __slots__ = ("due", "kind", "job")
 
-    def __init__(self, due: int, kind: str, job: Any) -> None:
+    def __init__(self, due: int, kind: Literal["wake", "ttr"], job: Optional[Job]) -> None:
         self.due = due
         self.kind = kind
-        self.job = job
+        self.job = job            # None only where no engine runs (tests)
+
+
+#: What the timers hold; its ``kind`` tells which: "ttl" a job, "wait" a waiter.
+Entry = Union["Job", Timer, "Waiter"]
+E = TypeVar("E", bound=Entry)
+#: ``(due, line id or None, entry)``: the earliest entry, as :meth:`Timers._first` finds it.
+_First = Tuple[int, Optional[Tuple[int, int]], Entry]
 
 
 class Timers:
     __slots__ = ("_entries", "_lines")
 
     def __init__(self) -> None:
-        self._entries = DueLine()
-        self._lines: Dict[Any, JobLine] = {}
+        self._entries: DueLine[Entry] = DueLine()
+        self._lines: Dict[Tuple[int, int], JobLine[Job]] = {}
 
-    def add(self, entry: Any) -> Any:
-        """Add an entry (anything with ``due`` and ``kind``); returns it."""
-        if entry.kind == "ttl":
+    def add(self, entry: E) -> E:
+        """Add an entry (a job for its TTL, a :class:`Timer` or a waiter); returns it."""
+        item: Entry = entry   # the checker narrows the union by ``kind``, not E
+        if item.kind == "ttl":
             lines = self._lines
-            line_id = entry.line
+            line_id = item.line
             line = lines.get(line_id)
             if line is None and len(lines) < MAX_LINES:
                 line = lines[line_id] = JobLine()
             if line is not None:
-                line.add(entry)
+                line.add(item)
                 return entry
-        self._entries.add(entry)
+        self._entries.add(item)
         return entry
 
-    def cancel(self, entry: Optional[Any]) -> None:
+    def cancel(self, entry: Optional[Entry]) -> None:
         """Remove an entry; one already fired or never added is ignored."""
         if entry is None:
             return
@@ -232,25 +248,28 @@ class Timers:
                 return
         self._entries.discard(entry)
 
-    def _first(self) -> Any:
+    def _first(self) -> Optional[_First]:
         """``(due, line id or None, entry)`` of the earliest entry, or None."""
-        first = None
+        first: Optional[_First] = None
         entries = self._entries
         if entries:
             entry = entries[0]
-            first = (entry.due, None, entry)
-        for line_id, line in self._lines.items():
-            entry = line[0]
             due = entry.due
+            assert due is not None   # set while it is in (a TTL job's: it has a TTL)
+            first = (due, None, entry)
+        for line_id, line in self._lines.items():
+            job = line[0]
+            due = job.due
+            assert due is not None   # a job in a line has a TTL
             if first is None or due < first[0]:
-                first = (due, line_id, entry)
+                first = (due, line_id, job)
         return first
 
     def next_deadline(self) -> Optional[int]:
         first = self._first()
         return None if first is None else first[0]
 
-    def due(self, now: int) -> Iterator[Any]:
+    def due(self, now: int) -> Iterator[Entry]:
         """Pop and yield entries due at ``now`` or earlier, earliest first.
 
         Entries added while iterating are seen if they are already due.

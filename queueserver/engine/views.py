@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 from .job import Job
+from .status import Reply
 
 
 class LeaseView(NamedTuple):
@@ -26,7 +27,7 @@ class LeaseView(NamedTuple):
     shard: int = 0         # where it lives
 
 
-def as_lease(value: Any) -> LeaseView:
+def as_lease(value: Sequence[Any]) -> LeaseView:
     """A lease view from either side of the link (a msgpack array there)."""
     return value if type(value) is LeaseView else LeaseView(*value)
 
@@ -73,7 +74,7 @@ def inspect_view(job: Job) -> JobView:
                    job.created, job.sched if job.scheduled else None)
 
 
-def undo_delivery(op: str, reply: list) -> Optional[Tuple[str, List[Any], LeaseView]]:
+def undo_delivery(op: str, reply: Reply) -> Optional[Tuple[str, List[Any], LeaseView]]:
     """The engine request that gives back a job ``reply`` delivered to a
     client that had left (``unlease`` a lease, ``restore`` a take), with the
     job's view; None when the answer delivered no job."""
