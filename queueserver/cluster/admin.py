@@ -9,6 +9,7 @@ a deadline: every request it makes can be repeated without harm (see
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 from typing import Any, Dict, List, Optional
 
@@ -29,12 +30,12 @@ class AdminError(Exception):
 
 
 class ShardLine:
-    def __init__(self, shard: ShardSpec, secret: bytes, tls: Any) -> None:
+    def __init__(self, shard: ShardSpec, secret: bytes, tls: Optional[ssl.SSLContext]) -> None:
         self.shard = shard
         self._secret = secret
         self._tls = tls
-        self._sock = None
-        self._unpacker: Optional[msgpack.Unpacker] = None
+        self._sock: Optional[socket.socket] = None
+        self._unpacker: Optional[msgpack.Unpacker] = None   # msgpack has no stubs: Any
         self._next = 1
 
     def _connect(self) -> None:
@@ -75,20 +76,23 @@ class ShardLine:
             time.sleep(0.2)
 
     def _exchange(self, op: str, args: List[Any]) -> Any:
+        """The value of the shard's OK answer: whatever msgpack decoded."""
+        sock, unpacker = self._sock, self._unpacker
+        assert sock is not None and unpacker is not None   # connected by call()
         req_id = self._next
         self._next += 1
-        self._sock.sendall(msgpack.packb([req_id, op, args], use_bin_type=True))
+        sock.sendall(msgpack.packb([req_id, op, args], use_bin_type=True))
         while True:
-            for frame in self._unpacker:
+            for frame in unpacker:
                 if frame[0] == req_id:
                     status, value = frame[1]
                     if status != OK:
                         raise AdminError(f"shard {self.shard.name} refused {op}: {value}")
                     return value
-            data = self._sock.recv(1 << 20)
+            data = sock.recv(1 << 20)
             if not data:
                 raise ConnectionResetError("the shard closed the link")
-            self._unpacker.feed(data)
+            unpacker.feed(data)
 
 
 class Cluster:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import tomllib
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ..protocols import DEFAULT_PORTS
 
@@ -140,7 +140,7 @@ def _node(path: str, i: int, raw: Any) -> NodeSpec:
                            f"do not fit below 65536")
     ports = {protocol: _port(f"{where} ({name}): {protocol}_port", raw[f"{protocol}_port"])
              for protocol in DEFAULT_PORTS if f"{protocol}_port" in raw}
-    flags = {}
+    flags: Dict[str, bool] = {}
     for key in ("join", "removed"):
         value = raw.get(key, False)
         if not isinstance(value, bool):
@@ -184,7 +184,7 @@ def load_cluster(path: str) -> ClusterSpec:
         raise ClusterError(f"{path} lists no nodes; add [[node]] tables")
     nodes = [_node(path, i, raw) for i, raw in enumerate(raw_nodes)]
     seen: Dict[str, int] = {}
-    links: Dict[tuple, str] = {}
+    links: Dict[Tuple[str, int], str] = {}
     for node in nodes:
         if node.name in seen:
             raise ClusterError(f"{path}: node name {node.name!r} is used twice")

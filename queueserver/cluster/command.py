@@ -20,6 +20,7 @@ from .clusterfile import ClusterError, ClusterSpec, load_cluster
 
 if TYPE_CHECKING:   # imported when run: the links need gevent
     from .rebalance import Rebalancer
+    from .slots import SlotsAnswer
 
 SLOTS = 16384         # (slots.py's; kept here so that the command line loads without xxhash)
 DEFAULT_BATCH = 512   # slots per move step (rebalance.py's; the parser needs it without gevent)
@@ -120,7 +121,7 @@ def _status(spec: ClusterSpec, rebalancer: "Rebalancer", as_json: bool) -> int:
     rows = []
     for shard in spec.shards():
         try:
-            state = rebalancer.cluster.call(shard.ordinal, "slots", [], wait=3.0)
+            state: "SlotsAnswer" = rebalancer.cluster.call(shard.ordinal, "slots", [], wait=3.0)
         except AdminError as err:
             rows.append({"shard": shard.name, "ordinal": shard.ordinal, "up": False, "error": str(err)})
             continue

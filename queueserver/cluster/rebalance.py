@@ -27,7 +27,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from .admin import AdminError, Cluster
 from .command import DEFAULT_BATCH   # slots per move: a move pauses its slots for one round of steps
-from .slots import SLOTS, from_ranges, to_ranges
+from .slots import SLOTS, MoveOutPart, Ranges, SlotsAnswer, from_ranges, to_ranges
 
 log = logging.getLogger("queueserver.cluster")
 
@@ -39,9 +39,9 @@ class Rebalancer:
         self.epoch = 0
 
     # ---------------------------------------------------------------- state
-    def survey(self, ordinals: Optional[Sequence[int]] = None) -> Dict[int, dict]:
+    def survey(self, ordinals: Optional[Sequence[int]] = None) -> Dict[int, SlotsAnswer]:
         """Every (listed) shard's slots, moves under way and job count."""
-        states = {}
+        states: Dict[int, SlotsAnswer] = {}
         for ordinal in (ordinals if ordinals is not None else self._live()):
             states[ordinal] = self.cluster.call(ordinal, "slots", [])
             self.epoch = max(self.epoch, states[ordinal]["max_epoch"],
@@ -53,9 +53,9 @@ class Rebalancer:
         return [s.ordinal for s in self.cluster.shards if s.node not in removed]
 
     @staticmethod
-    def owners(states: Dict[int, dict]) -> Dict[int, int]:
+    def owners(states: Dict[int, SlotsAnswer]) -> Dict[int, int]:
         """slot -> the shard serving it."""
-        owners = {}
+        owners: Dict[int, int] = {}
         for ordinal, state in states.items():
             for start, end, _ in state["served"]:
                 for slot in range(start, end):
@@ -63,7 +63,7 @@ class Rebalancer:
         return owners
 
     # ---------------------------------------------------------------- moves
-    def finish_pending(self, states: Dict[int, dict]) -> int:
+    def finish_pending(self, states: Dict[int, SlotsAnswer]) -> int:
         """Complete every move a giver's log shows under way."""
         done = 0
         for ordinal, state in states.items():
@@ -102,13 +102,13 @@ class Rebalancer:
                  f"(epoch {self.epoch})")
         return jobs
 
-    def _steps(self, giver: int, target: int, ranges: list, epoch: int) -> int:
+    def _steps(self, giver: int, target: int, ranges: Ranges, epoch: int) -> int:
         """Copy (in parts of a few MiB), switch, delete."""
         call = self.cluster.call
         start: Optional[int] = 0
         moved = 0
         while start is not None:
-            part = call(giver, "move_out", [ranges, target, epoch, start])
+            part: MoveOutPart = call(giver, "move_out", [ranges, target, epoch, start])
             start = part["next"]
             call(target, "move_in", [ranges, epoch, part["jobs"], start is None, part.get("homes", [])])
             moved += len(part["jobs"])

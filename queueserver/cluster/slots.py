@@ -8,7 +8,7 @@ short because slots are given out in runs.
 """
 from __future__ import annotations
 
-from typing import Iterable, List, Sequence
+from typing import Any, Iterable, List, NotRequired, Optional, Sequence, TypedDict
 
 import xxhash
 
@@ -16,7 +16,7 @@ import xxhash
 # number tells which shard made it (as the shard count does on one host) even
 # as shards are added; it also bounds a cluster's shards (the routers' job
 # directory keeps a shard in one byte). Defined with the file's checks.
-from .clusterfile import MAX_SHARDS  # noqa: F401
+from .clusterfile import MAX_SHARDS as MAX_SHARDS  # noqa: F401  (re-exported)
 
 SLOTS = 16384
 _MASK = SLOTS - 1
@@ -24,6 +24,36 @@ _hash = xxhash.xxh64_intdigest
 
 
 Ranges = List[List[int]]
+
+
+class MovingSlots(TypedDict):
+    """A move under way, as a shard tells of it."""
+    epoch: int
+    ranges: Ranges
+    target: int
+    jobs: int               # jobs set aside for it
+
+
+class SlotsSummary(TypedDict):
+    """A shard's account of its slots (``SlotOwnership.summary``, plain data
+    for msgpack): in its hello, and in its answer to ``slots``."""
+    served: List[List[int]]     # [start, end, epoch] runs of slots it serves
+    moving: List[MovingSlots]
+    hints: List[List[int]]      # [slot, owner, epoch] of slots it gave away
+    max_epoch: int
+
+
+class SlotsAnswer(SlotsSummary):
+    """A shard's answer to ``slots``: its summary, its ordinal and its job count."""
+    shard: int
+    jobs: int
+
+
+class MoveOutPart(TypedDict):
+    """A giver's answer to ``move_out``: a part of the jobs set aside."""
+    jobs: List[List[Any]]       # "job" events, as plain lists
+    next: Optional[int]         # where the next part starts; None: this was the last
+    homes: NotRequired[List[List[int]]]   # with the first part: the id-home entries of the slots
 
 
 def slot_of(name: str) -> int:

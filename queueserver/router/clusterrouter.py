@@ -16,19 +16,22 @@ so is a job number, first at the shard that made it.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import gevent
 
 from ..cluster.clusterfile import ClusterSpec, load_cluster
-from ..cluster.slots import MAX_SHARDS, slot_of
+from ..cluster.slots import MAX_SHARDS, SlotsSummary, slot_of
 from ..engine.status import MOVED, NOT_FOUND, SERVER_ERROR, Reply
 from ..net import linkauth
 from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, Command
 from .fanout import FirstFound, Gather, SpreadLease
-from .router import Located, Router
-from .shardlink import ShardLink
+from .router import Located, Pending, Router
+from .shardlink import Address, Auth, ShardLink
 from .slotmap import SlotMap
+
+if TYPE_CHECKING:
+    from ..supervisor import ClusterPlace
 
 log = logging.getLogger("queueserver.router")
 
@@ -40,12 +43,15 @@ Callback = Callable[[Reply], None]
 
 class ClusterRouter(Router):
     @classmethod
-    def from_config(cls, cluster: Dict[str, Any], sockets: List[str], *arguments: Any) -> "ClusterRouter":
+    def from_config(cls, cluster: "ClusterPlace", sockets: List[str],
+                    options: Optional[Dict[str, Dict[str, Any]]] = None, index: int = 0, routers: int = 1,
+                    limits: Optional[Dict[str, int]] = None, direct_path: bool = False,
+                    history: bool = False) -> "ClusterRouter":
         """Links to every shard of ``cluster["file"]``, seen from node ``cluster["node"]``."""
         spec = load_cluster(cluster["file"])
         secret, tls = linkauth.client_credentials(spec.secret_file, spec.tls)
         removed = {node.name for node in spec.nodes if node.removed}
-        addresses: List[Any] = []
+        addresses: List[Address] = []
         for shard in spec.shards():
             if shard.node == cluster["node"]:
                 addresses.append(sockets[shard.index])
@@ -53,14 +59,17 @@ class ClusterRouter(Router):
                 addresses.append(None)
             else:
                 addresses.append((shard.host, shard.port))
-        router = cls(spec, addresses, *arguments, auth=(secret, tls))
+        router = cls(spec, addresses, options, index, routers, limits, direct_path, history, auth=(secret, tls))
         router.key = f"{cluster['node']}/{router.index}"   # router 0 of every node: told apart
         return router
 
-    def __init__(self, spec: ClusterSpec, addresses: List[Any], *arguments: Any, **keywords: Any) -> None:
-        super().__init__(addresses, *arguments, **keywords)
+    def __init__(self, spec: ClusterSpec, addresses: Sequence[Address],
+                 options: Optional[Dict[str, Dict[str, Any]]] = None, index: int = 0, routers: int = 1,
+                 limits: Optional[Dict[str, int]] = None, direct_path: bool = False, history: bool = False,
+                 auth: Optional[Auth] = None) -> None:
+        super().__init__(addresses, options, index, routers, limits, direct_path, history, auth)
         self.spec = spec
-        self._auth = keywords.get("auth")
+        self._auth = auth
         self.share_clients = True   # active-clients counts the whole cluster's
         self.map = SlotMap(spec.founders())
         #: shards that may hold a job (a removed node's shards have no link)
@@ -77,8 +86,9 @@ class ClusterRouter(Router):
         return self.reachable
 
     def route(self, command: Command, callback: Callback, owner: Optional[int] = None,
-              attempt: int = 0) -> Any:
-        route = command.route
+              attempt: int = 0) -> Optional[Pending]:
+        route, op = command.route, command.op
+        assert op is not None   # a command that is routed has one (a LOCAL one has none)
         if route == BY_NAME:
             slot = slot_of(command.key)
             link = self.links[self.map.owners[slot]]
@@ -86,7 +96,7 @@ class ClusterRouter(Router):
             if command.new_id is not None:
                 return self._create(command, link, answered, slot)
             args = command.args if owner is None else (*command.args, owner)
-            return link, link.call(command.op, args, answered, slot)
+            return link, link.call(op, args, answered, slot)
         if route == BY_NAMES:
             groups: Dict[ShardLink, List[str]] = {}
             slots: Dict[ShardLink, List[int]] = {}
@@ -99,7 +109,7 @@ class ClusterRouter(Router):
             answered = self._redirected(command, callback, owner, attempt, every)
             if len(groups) == 1:
                 link, names = next(iter(groups.items()))
-                return link, link.call(command.op, [names] + list(command.args[1:]), answered, slots[link])
+                return link, link.call(op, [names] + list(command.args[1:]), answered, slots[link])
             return SpreadLease(groups, command.args[-1], answered, slots)
         if route == BY_ID:
             return self._by_id(command, self._redirected(command, callback, owner, attempt, ()))
@@ -107,7 +117,7 @@ class ClusterRouter(Router):
             answered = self._redirected(command, callback, owner, attempt, ())
             maker = (command.key - 1) % MAX_SHARDS
             if maker >= len(self.links) or self.links[maker].path is None:
-                return FirstFound(self.reachable, command.op, command.args, answered)
+                return FirstFound(self.reachable, op, command.args, answered)
             return self._directed(self.links[maker], command, answered)
         return super().route(command, callback, owner)
 
@@ -131,20 +141,23 @@ class ClusterRouter(Router):
 
         pending.inner = (home, home.call("locate", [id], answered, slot))
 
-    def _directed(self, link: ShardLink, command: Command, callback: Callback) -> Any:
+    def _directed(self, link: ShardLink, command: Command, callback: Callback) -> Tuple[ShardLink, int]:
         """Ask the shard the job should be on; if it has no such job (any
         more), ask every shard."""
+        op = command.op
+        assert op is not None   # routed
+
         def answered(reply: Reply) -> None:
             if reply[0] == NOT_FOUND:
                 others = [each for each in self.reachable if each is not link]
                 if others:
-                    FirstFound(others, command.op, command.args, callback)
+                    FirstFound(others, op, command.args, callback)
                     return
             callback(reply)
-        return link, link.call(command.op, command.args, answered)
+        return link, link.call(op, command.args, answered)
 
     def _redirected(self, command: Command, callback: Callback, owner: Optional[int], attempt: int,
-                    slots) -> Callback:
+                    slots: Sequence[int]) -> Callback:
         """``callback``, unless the answer is MOVED: then the map is corrected
         and the request sent again."""
         def answered(reply: Reply) -> None:
@@ -181,15 +194,18 @@ class ClusterRouter(Router):
                 self._later(attempt, again)
         return answered
 
-    def _refresh(self, then: Callable[[], Any]) -> None:
+    def _refresh(self, then: Callable[[], object]) -> None:
         """Learn every reachable shard's slots, then ``then()``."""
-        def merge(answers: List[Any]) -> Reply:
+        def merge(answers: List[Any]) -> Reply:   # the shards' SlotsAnswer, off the wire
             for answer in answers:
                 self._learn(answer["shard"], answer, authoritative=True)
             return [0, None]
-        Gather(self.reachable, "slots", [], merge, lambda reply: gevent.spawn_later(RETRY_DELAY, then))
 
-    def _learn(self, shard: int, slots: Dict[str, Any], authoritative: bool = False) -> None:
+        def learnt(reply: Reply) -> None:
+            gevent.spawn_later(RETRY_DELAY, then)
+        Gather(self.reachable, "slots", [], merge, learnt)
+
+    def _learn(self, shard: int, slots: SlotsSummary, authoritative: bool = False) -> None:
         """Take in a shard's account of its slots (its hello, or an answer to
         "slots"). ``authoritative``: asked of every shard just now, what a
         shard serves is the truth even where the map holds a newer epoch (a
@@ -202,7 +218,7 @@ class ClusterRouter(Router):
         self._directed(link, command, self._redirected(command, callback, owner, attempt, ()))
 
     @staticmethod
-    def _later(attempt: int, retry: Callable[[], Any]) -> None:
+    def _later(attempt: int, retry: Callable[[], object]) -> None:
         """Right away the first time (the map was just corrected), then backing off."""
         if attempt == 0:
             retry()

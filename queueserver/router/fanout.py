@@ -22,7 +22,9 @@ Callback = Callable[[Reply], None]
 
 def give_back(link: ShardLink, reply: Reply) -> None:
     """Return a leased job nobody will receive to its queue, uncharged."""
-    op, args, _ = undo_delivery("lease", reply)
+    undo = undo_delivery("lease", reply)
+    assert undo is not None   # ``reply`` is an OK lease: it delivered a job
+    op, args, _ = undo
     link.call(op, args, ignore)
 
 
@@ -90,7 +92,8 @@ class FirstFound:
 
     def _give(self, reply: Reply) -> None:
         callback, self._callback = self._callback, None
-        callback(reply)
+        if callback is not None:   # not yet answered (nor abandoned)
+            callback(reply)
 
     def abandon(self) -> None:
         if self._callback is not None:
@@ -108,7 +111,7 @@ class SpreadLease:
                  callback: Callback, slots: Optional[Dict[ShardLink, List[int]]] = None) -> None:
         """``slots``: in a cluster, each group's queues' slots (sent along)."""
         self._groups = groups
-        self._slots = slots or {}
+        self._slots: Dict[ShardLink, List[int]] = slots or {}
         self._timeout = timeout
         self._callback: Optional[Callback] = callback
         self._offers: List[Tuple[ShardLink, Reply]] = []
@@ -144,7 +147,8 @@ class SpreadLease:
                 give_back(link, reply)
             self._finish(self._moved)
         elif self._offers:
-            self._offers.sort(key=lambda offer: as_lease(offer[1][1]).order)
+            # (a lease's order is a list once it crossed a link: compared as a tuple)
+            self._offers.sort(key=lambda offer: tuple(as_lease(offer[1][1]).order))
             (_, best), rest = self._offers[0], self._offers[1:]
             for link, reply in rest:
                 give_back(link, reply)

@@ -39,8 +39,9 @@ class JobCache:
 
     def place(self, id: str, shard: int) -> None:
         young = self._young
-        if young.shard_of(id) not in (None, shard):
-            young.forget(id, young.shard_of(id))   # it moved: the newer word wins
+        seen = young.shard_of(id)
+        if seen is not None and seen != shard:
+            young.forget(id, seen)   # it moved: the newer word wins
         young.place(id, shard)
         if len(young) >= self.limit:
             self._old, self._young = young, JobDirectory()

@@ -33,11 +33,12 @@ import resource
 import socket as stdsocket
 import time
 import uuid
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Type, Union
 
 import gevent
 from gevent import socket
 
+from ..engine.requests import AddRequest, RunRequest
 from ..engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR, Reply
 from ..engine.views import as_lease, undo_delivery
 from ..protocols import codec_class as load_codec
@@ -45,13 +46,17 @@ from ..sharding import shard_for
 from ..net.connection import MAY_MOVE, SERVE, ClientConnection
 from ..net.handoff import Gone, Move
 from ..net.hangups import HangupWatch
-from ..protocols.base import ALL, BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command
+from ..protocols.base import ALL, BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command, StreamCodec
 from .directory import SHARED
 from .jobcache import JobCache
 from .fanout import FirstFound, Gather, SpreadLease, ignore
 from ..lifecycle import die_with_supervisor, setup_logging, stop_event
-from .shardlink import ShardLink
+from .shardlink import Address, Auth, Context, ShardLink
 from ..numbers import NumberFile
+
+if TYPE_CHECKING:
+    from gevent._types import _IoWatcher
+    from ..supervisor import RouterConfig
 
 log = logging.getLogger("queueserver.router")
 
@@ -63,6 +68,7 @@ MAX_MOVES = 4                 # moves of one connection before it stays forwarde
 CLIENTS_EVERY = 0.05          # seconds between reports of this router's client count to the shards
 ACCEPT_BACKOFF = 0.5          # seconds the accept loop rests when no descriptor is left
 LOG_INTERVAL = 10.0           # at most one warning per interval about refused connections
+CONNECT_TIMEOUT = 10.0        # seconds a router waits for this host's shards before it serves
 _NO_DESCRIPTORS = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM))
 
 
@@ -79,39 +85,52 @@ class Located:
     __slots__ = ("inner", "abandoned")
 
     def __init__(self) -> None:
-        self.inner: Any = None
+        #: the question to the home, then the request to the shard it named (or to all)
+        self.inner: Union[None, Tuple[ShardLink, int], FirstFound] = None
         self.abandoned = False
 
     def abandon(self) -> None:
         self.abandoned = True
-        self._inner("abandon")
-
-    def expire(self) -> None:
-        self._inner("expire")
-
-    def _inner(self, what: str) -> None:
         inner = self.inner
         if isinstance(inner, tuple):
             inner[0].cancel(inner[1])
         elif inner is not None:
-            getattr(inner, what)()
+            inner.abandon()
+
+    def expire(self) -> None:
+        inner = self.inner
+        if isinstance(inner, tuple):
+            inner[0].cancel(inner[1])
+        elif inner is not None:
+            inner.expire()
+
+
+#: What :meth:`Router.execute` returns for a request that may wait, handed
+#: back to :meth:`Router.withdraw` or :meth:`Router.cut_short`: ``(link,
+#: request id)`` for a request to one shard, else the request spread over several.
+Pending = Union[Tuple[ShardLink, int], Located, Gather, FirstFound, SpreadLease]
+#: A router's client connection; it owns the links of the leases that end with it.
+Connection = ClientConnection[Pending, Set[ShardLink]]
+Callback = Callable[[Reply], None]
+Merger = Callable[[List[Any]], Reply]
 
 
 class Router:
     """``routers``/``index``: this is router ``index`` of ``routers`` sharing the
     same listening sockets and shards."""
 
-    def __init__(self, socket_paths: List[Any], options: Optional[Dict[str, Any]] = None,
+    def __init__(self, socket_paths: Sequence[Address], options: Optional[Dict[str, Dict[str, Any]]] = None,
                  index: int = 0, routers: int = 1, limits: Optional[Dict[str, int]] = None,
                  direct_path: bool = False, history: bool = False,
-                 auth: Optional[Tuple[bytes, Any]] = None, numbers: Optional[str] = None) -> None:
-        self.options = options or {}
+                 auth: Optional[Auth] = None, numbers: Optional[str] = None) -> None:
+        #: each protocol's codec options (from the config's JSON)
+        self.options: Dict[str, Dict[str, Any]] = options or {}
         self.history = history
         #: the client behind the request being routed, when shards keep a history
-        self._context: List[Any] = [None]
+        self._context: List[Context] = [None]
         self.index = index
         #: how this router is known to shards (and in client ids of the history)
-        self.key: Any = index
+        self.key: Union[int, str] = index
         #: whether shards must hear how many clients it serves (for ``active-clients``)
         self.share_clients = routers > 1
         self.routers = routers
@@ -132,7 +151,7 @@ class Router:
                       for i, path in enumerate(socket_paths)]
         self.clients = 0
         self.started = time.time_ns() // 1000
-        self.servers: Dict[str, Any] = {}
+        self.servers: Dict[str, Tuple[stdsocket.socket, "_IoWatcher"]] = {}
         self._connection_ids = 0
         self.hangups = HangupWatch()
         self._spare: Optional[int] = _spare_descriptor()
@@ -145,7 +164,7 @@ class Router:
         """Serve ``protocol`` on the bound, listening socket ``fd`` (the
         supervisor's, shared by every router): an io watcher accepts in the
         event loop."""
-        codec_class = load_codec(protocol)
+        codec_class: Type[StreamCodec] = load_codec(protocol)
         options = self.options.get(protocol, {})
         raw = stdsocket.socket(fileno=fd)
         raw.setblocking(False)
@@ -187,7 +206,7 @@ class Router:
 
     # ------------------------------------------------------------ refusing
     @staticmethod
-    def _refuse(conn: stdsocket.socket, codec_class: Any, message: str) -> None:
+    def _refuse(conn: stdsocket.socket, codec_class: Type[StreamCodec], message: str) -> None:
         """Answer a connection we will not serve with its protocol's error, then close it."""
         try:
             conn.setblocking(False)
@@ -205,24 +224,27 @@ class Router:
             self._refused = 0
             self._refusal_logged = now
 
-    def _out_of_descriptors(self, protocol: str, codec_class: Any, raw, watcher, accept,
-                            err: OSError) -> None:
+    def _out_of_descriptors(self, protocol: str, codec_class: Type[StreamCodec], raw: stdsocket.socket,
+                            watcher: "_IoWatcher", accept: Callable[[], None], err: OSError) -> None:
         """No descriptor for a new connection: refuse the waiting ones with
         the spare descriptor; if even that fails, rest the accept loop."""
+        assert err.errno is not None   # one of _NO_DESCRIPTORS
         self._note_refusal(f"out of file descriptors ({os.strerror(err.errno)}): refusing {protocol} "
                            f"connections; raise the limit (ulimit -n / LimitNOFILE) or lower max_connections")
         if self._spare is not None:
             os.close(self._spare)
             self._spare = None
+            refused = False
             try:
                 conn, _ = raw.accept()
             except OSError:
-                conn = None   # none was waiting after all (accept checks descriptors first)
+                pass   # none was waiting after all (accept checks descriptors first)
             else:
                 self._refuse(conn, codec_class, "Out of file descriptors")
+                refused = True
             self._spare = _spare_descriptor()
             if self._spare is not None:
-                if conn is not None:
+                if refused:
                     gevent.get_hub().loop.run_callback(accept)  # refuse the next one too
                 return
         watcher.stop()
@@ -241,7 +263,7 @@ class Router:
         self._connection_ids += 1
         return self._connection_ids
 
-    def client_left(self, connection: ClientConnection) -> None:
+    def client_left(self, connection: Connection) -> None:
         self.clients -= 1
         self._report_clients()
 
@@ -254,7 +276,7 @@ class Router:
         self._report_clients(link)
 
     # ----------------------------------------------------------- direct path
-    def placement(self, connection: ClientConnection, command: Command) -> int:
+    def placement(self, connection: Connection, command: Command) -> int:
         """Whether ``command`` is better served by its shard, directly."""
         if not self.direct_path or connection.moves >= MAX_MOVES or connection.slots \
                 or connection.writer.queued:
@@ -273,7 +295,7 @@ class Router:
             return SERVE
         return MAY_MOVE
 
-    def move(self, connection: ClientConnection, command: Command, unread: bytes, state: dict) -> bool:
+    def move(self, connection: Connection, command: Command, unread: bytes, state: Dict[str, Any]) -> bool:
         """Hand ``connection`` to the shard of ``command``."""
         route = command.route
         link = self.links[self.shard_for(command.key if route == BY_NAME else command.key[0])]
@@ -294,9 +316,10 @@ class Router:
         link.moved.discard(move.origin)
         try:
             sock = socket.socket(fileno=fd)
-            codec = load_codec(move.protocol)(**move.options)
+            codec: StreamCodec = load_codec(move.protocol)(**move.options)
             codec.restore(move.state)
-            connection = ClientConnection(self, sock, codec, move.protocol, None, move.limits, move.origin)
+            connection: Connection = ClientConnection(self, sock, codec, move.protocol, None, move.limits,
+                                                      move.origin)
         except Exception:
             log.exception("taking back a %s connection failed", move.protocol)
             os.close(fd)
@@ -343,8 +366,7 @@ class Router:
     def shard_for(self, name: str) -> int:
         return shard_for(name, len(self.links))
 
-    def execute(self, connection: ClientConnection, command: Command,
-                callback: Callable[[Reply], None]) -> Any:
+    def execute(self, connection: Connection, command: Command, callback: Callback) -> Optional[Pending]:
         """Route a client's ``command``; returns what :meth:`withdraw` needs if
         the client leaves. A lease over a protocol whose leases end with the
         connection is owned by it, and the shard told when it closes."""
@@ -356,8 +378,7 @@ class Router:
                 self._context[0] = None
         return self._execute(connection, command, callback)
 
-    def _execute(self, connection: ClientConnection, command: Command,
-                 callback: Callable[[Reply], None]) -> Any:
+    def _execute(self, connection: Connection, command: Command, callback: Callback) -> Optional[Pending]:
         if command.op == "lease" and len(self.links) > 1:
             callback = self._learning(callback)
         if command.op == "lease" and connection.codec.leases_end_with_connection \
@@ -365,11 +386,12 @@ class Router:
             pending = self.route(command, callback, connection.id)
             if connection.owned is None:
                 connection.owned = set()
-            connection.owned.add(pending[0])
+            if isinstance(pending, tuple):   # a lease by name: (link, request id)
+                connection.owned.add(pending[0])
             return pending
         return self.route(command, callback)
 
-    def _learning(self, callback: Callable[[Reply], None]) -> Callable[[Reply], None]:
+    def _learning(self, callback: Callback) -> Callback:
         """``callback``, learning where a leased job lives on the way (its
         worker's ``complete`` will name it)."""
         jobs = self.jobs
@@ -381,23 +403,24 @@ class Router:
             callback(reply)
         return learnt
 
-    def connection_closed(self, connection: ClientConnection) -> None:
+    def connection_closed(self, connection: Connection) -> None:
         """End what ends with the connection: its owned leases, shard by shard."""
         if connection.owned:
             for link in connection.owned:
                 link.notify("closed", connection.id)
             connection.owned = None
 
-    def route(self, command: Command, callback: Callable[[Reply], None], owner: Optional[int] = None) -> Any:
+    def route(self, command: Command, callback: Callback, owner: Optional[int] = None) -> Optional[Pending]:
         """Send ``command`` where it goes; returns what :meth:`withdraw` needs:
         ``(link, request id)`` for a request to one shard."""
-        route = command.route
+        route, op = command.route, command.op
+        assert op is not None   # a command that is routed has one (a LOCAL one has none)
         if route == BY_NAME:
             link = self.links[shard_for(command.key, len(self.links))]
             if command.new_id is not None:
                 return self._create(command, link, callback)
             args = command.args if owner is None else (*command.args, owner)
-            return link, link.call(command.op, args, callback)
+            return link, link.call(op, args, callback)
         if route == BY_ID:
             return self._by_id(command, callback)
         if route == BY_NUMBER:
@@ -408,42 +431,43 @@ class Router:
                 groups.setdefault(self.links[self.shard_for(name)], []).append(name)
             if len(groups) == 1:
                 link, names = next(iter(groups.items()))
-                return link, link.call(command.op, [names] + list(command.args[1:]), callback)
+                return link, link.call(op, [names] + list(command.args[1:]), callback)
             return SpreadLease(groups, command.args[-1], callback)
         if route == ALL:
-            return Gather(self.links, command.op, command.args,
-                          self._mergers[command.op](self, command.args), callback)
+            return Gather(self.links, op, command.args, self._mergers[op](self, command.args), callback)
         raise ValueError(f"unroutable command {command!r}")
 
-    def _by_number(self, command: Command, callback: Callable[[Reply], None]) -> Any:
+    def _by_number(self, command: Command, callback: Callback) -> Optional[Pending]:
         """A job named by its number (goqueue): to the shard whose block holds
         it; one made before blocks is asked of every shard; one no block
         holds was never made."""
-        number, numbers = command.key, self.numbers
+        number, numbers, op = command.key, self.numbers, command.op
+        assert op is not None   # routed
         if numbers is None:   # shards make numbers of their own residue
             link = self.links[(number - 1) % len(self.links)]
-            return link, link.call(command.op, command.args, callback)
+            return link, link.call(op, command.args, callback)
         if numbers.is_old(number):
-            return FirstFound(self.links, command.op, command.args, callback)
+            return FirstFound(self.links, op, command.args, callback)
         shard = numbers.owner(number)
         if shard is None or shard >= len(self.links):
             callback([NOT_FOUND, ""])
             return None
         link = self.links[shard]
-        return link, link.call(command.op, command.args, callback)
+        return link, link.call(op, command.args, callback)
 
     def home_of(self, id: str) -> int:
         """The shard where job id ``id`` is at home (it knows where the job lives)."""
         return shard_for(id, len(self.links))
 
-    def _by_id(self, command: Command, callback: Callable[[Reply], None]) -> Any:
+    def _by_id(self, command: Command, callback: Callback) -> Pending:
         """A request naming only a job: to the shard it was last seen on, or
         else the one its id's home says (a NOT_FOUND from a hinted shard is
         checked with the home: the job may have moved)."""
-        id = command.key
+        id, op = command.key, command.op
+        assert op is not None   # routed
         if len(self.links) == 1:
             link = self.links[0]
-            return link, link.call(command.op, command.args, callback)
+            return link, link.call(op, command.args, callback)
         seen = self.jobs.shard_of(id)
         if seen is None:
             return self._locate(command, callback)
@@ -456,13 +480,13 @@ class Router:
             else:
                 callback(reply)
 
-        return link, link.call(command.op, command.args, answered)
+        return link, link.call(op, command.args, answered)
 
-    def _locate(self, command: Command, callback: Callable[[Reply], None],
-                not_at: Optional[int] = None) -> Any:
+    def _locate(self, command: Command, callback: Callback, not_at: Optional[int] = None) -> Located:
         """Ask the id's home where the job lives, then send it there; a job
         no shard holds is NOT_FOUND."""
-        id = command.key
+        id, op = command.key, command.op
+        assert op is not None   # routed
         pending = Located()
 
         def located(reply: Reply) -> None:
@@ -472,12 +496,12 @@ class Router:
                 callback([NOT_FOUND, ""])
             elif reply[0] != OK or reply[1] == SHARED:
                 # The home is out of reach (or two jobs' hashes meet there): the owner answers.
-                pending.inner = FirstFound(self.reachable_links(), command.op, command.args, callback)
+                pending.inner = FirstFound(self.reachable_links(), op, command.args, callback)
             else:
                 shard = reply[1]
                 self.jobs.place(id, shard)
                 link = self.links[shard]
-                pending.inner = (link, link.call(command.op, command.args, callback))
+                pending.inner = (link, link.call(op, command.args, callback))
 
         self._ask_home(id, located, pending)
         return pending
@@ -485,17 +509,19 @@ class Router:
     def reachable_links(self) -> List[ShardLink]:
         return self.links
 
-    def _ask_home(self, id: str, located: Callable[[Reply], None], pending: "Located") -> None:
+    def _ask_home(self, id: str, located: Callback, pending: Located) -> None:
         """``locate`` at the id's home."""
         home = self.links[self.home_of(id)]
         pending.inner = (home, home.call("locate", [id], located))
 
-    def _create(self, command: Command, link: ShardLink, callback: Callable[[Reply], None],
-                slot: Optional[int] = None) -> Any:
+    def _create(self, command: Command, link: ShardLink, callback: Callback,
+                slot: Optional[int] = None) -> Tuple[ShardLink, int]:
         """A command that makes a job, to its queue's shard. The shard makes
         sure the id is new server-wide (it claims it at the id's home); a
         server-made id is made at home on that shard, so it needs no claim."""
-        id = command.new_id
+        id, op, args = command.new_id, command.op, command.args
+        # what makes a job: an add or a run, which names its id (SERVER_ID: ours to make)
+        assert id is not None and op is not None and isinstance(args, (AddRequest, RunRequest))
         if id == SERVER_ID:
             id = self.new_id(link.index)
         jobs = self.jobs
@@ -506,7 +532,7 @@ class Router:
                 jobs.forget(id, link.index)
             callback(reply)
 
-        return link, link.call(command.op, command.args._replace(id=id), created, slot)
+        return link, link.call(op, args._replace(id=id), created, slot)
 
     def new_id(self, shard: int) -> str:
         """A fresh id whose home is ``shard`` (tries a few; any id would do)."""
@@ -516,14 +542,14 @@ class Router:
                 return id
         return id
 
-    def withdraw(self, pending: Any) -> None:
+    def withdraw(self, pending: Pending) -> None:
         if isinstance(pending, tuple):
             link, req_id = pending
             link.cancel(req_id)
         else:
             pending.abandon()
 
-    def cut_short(self, pending: Any) -> None:
+    def cut_short(self, pending: Pending) -> None:
         """The client sent its FIN: a request still waiting stops waiting and
         is answered as its timeout would answer it (its answer still comes)."""
         if isinstance(pending, tuple):
@@ -535,7 +561,7 @@ class Router:
     def abandoned(self, command: Command, reply: Reply) -> None:
         """An answer reached a client that had left: give back a job it leased
         or took, so no job is lost with the connection."""
-        if reply[0] != OK:
+        if reply[0] != OK or command.op is None:   # (a command with no op is answered by its codec)
             return
         undo = undo_delivery(command.op, reply)
         if undo is not None:
@@ -545,9 +571,9 @@ class Router:
             self.links[view.shard].call(op, args, ignore)
 
     # ----------------------------------------------------------- merging
-    def _merge_server(self, args) -> Callable[[List[Any]], Reply]:
+    def _merge_server(self, args: Sequence[Any]) -> Merger:
         def merge(answers: List[Any]) -> Reply:
-            clients = {}
+            clients: Dict[Union[int, str], int] = {}   # router key -> its clients
             for answer in answers:
                 clients.update(answer.get("router-clients", ()))
             clients[self.key] = self.clients
@@ -556,7 +582,7 @@ class Router:
                          "started": self.started}]
         return merge
 
-    def _merge_queues(self, args) -> Callable[[List[Any]], Reply]:
+    def _merge_queues(self, args: Sequence[Any]) -> Merger:
         offset, limit = args
 
         def merge(answers: List[Any]) -> Reply:
@@ -564,7 +590,8 @@ class Router:
             return [OK, queues[offset:offset + limit]]
         return merge
 
-    _mergers = {"inspect_server": _merge_server, "inspect_queues": _merge_queues}
+    _mergers: Dict[str, Callable[["Router", Sequence[Any]], Merger]] = {
+        "inspect_server": _merge_server, "inspect_queues": _merge_queues}
 
     # ------------------------------------------------------- shard events
     def _shard_event(self, link: ShardLink, kind: str, body: Any) -> None:
@@ -595,7 +622,7 @@ def _raise_descriptor_limit() -> None:
             log.warning("could not raise the file descriptor limit from %d: %s", soft, err)
 
 
-def main(argv=None) -> None:
+def main(argv: Optional[List[str]] = None) -> None:
     die_with_supervisor()   # first: a supervisor gone before we run must not leave us behind
     parser = argparse.ArgumentParser(prog="queueserver-router")
     parser.add_argument("--config", required=True, help="JSON: sockets, listeners, options")
@@ -603,18 +630,20 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     setup_logging(args.log_level, "router")
     stop = stop_event()
-    config = json.loads(args.config)
+    config: "RouterConfig" = json.loads(args.config)   # the supervisor's, as JSON
     _raise_descriptor_limit()
     arguments = (config.get("options"), config.get("index", 0), config.get("routers", 1),
                  config.get("limits"), config.get("direct_path", False), config.get("history", False))
+    router: Router
     if config.get("cluster"):
         from .clusterrouter import ClusterRouter
         router = ClusterRouter.from_config(config["cluster"], config["sockets"], *arguments)
     else:
         router = Router(config["sockets"], *arguments, numbers=config.get("numbers"))
-    with gevent.Timeout(config.get("connect_timeout", 10), False):
-        while not all(link.up for link in router.links if link.local):
-            gevent.sleep(0.02)
+    # Serve once this host's shards are linked (or the connect timeout has passed).
+    deadline = time.monotonic() + CONNECT_TIMEOUT
+    while not all(link.up for link in router.links if link.local) and time.monotonic() < deadline:
+        gevent.sleep(0.02)
     for protocol, fd in config["listen_fds"].items():
         router.listen(protocol, fd)
     control = config.get("control")   # /metrics: the supervisor asks for this router's counters there

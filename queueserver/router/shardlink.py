@@ -16,14 +16,15 @@ taken out of the cluster has no address: its link never connects.
 from __future__ import annotations
 
 import logging
-from typing import List, Any, Callable, Dict, Optional, Set, Tuple, Union
+import ssl
+from typing import List, Any, Callable, Dict, Optional, Sequence, Set, Tuple, Union
 
 import gevent
 from gevent import socket
 
 from ..engine.status import SERVER_ERROR, Reply
 from ..net.channel import FrameChannel
-from ..net.handoff import HandoffChannel, connect_seqpacket, handoff_path
+from ..net.handoff import Gone, HandoffChannel, Move, connect_seqpacket, handoff_path
 from ..net import linkauth
 
 log = logging.getLogger("queueserver.router")
@@ -35,13 +36,30 @@ REFUSED_DELAY = 1.0        # after a refused or failed TCP link: another host, b
 Address = Union[str, Tuple[str, int], None]
 LINK_PRIORITY = 2          # libev's highest: before client sockets' watchers
 
+#: the client behind a request, ``(protocol, connection)``, for the shards' job
+#: history (a list once it crossed a link); None when there is none to name
+Context = Optional[Sequence[str]]
+#: what a TCP link presents: the cluster's shared secret and its TLS client context, if any
+Auth = Tuple[bytes, Optional[ssl.SSLContext]]
+#: a request's slot, or its queues' slots (in a cluster), sent along with it
+Slots = Union[int, Sequence[int], None]
+#: ``(on_move(link, fd, move), on_gone(link, gone))``: the handoff socket's messages
+Handoffs = Tuple[Callable[["ShardLink", int, Move], None], Callable[["ShardLink", Gone], None]]
+
+
+def where(path: Address) -> str:
+    """How a log line names a shard's address."""
+    if path is None or isinstance(path, str):
+        return str(path)
+    return "%s:%d" % path
+
 
 class ShardLink:
     def __init__(self, index: int, path: Address, on_event: Callable[["ShardLink", str, Any], None],
                  on_down: Callable[["ShardLink"], None],
                  on_up: Callable[["ShardLink"], None] = lambda link: None,
-                 handoffs: Optional[Tuple[Callable, Callable]] = None,
-                 context: Optional[List[Any]] = None, auth: Optional[Tuple[bytes, Any]] = None) -> None:
+                 handoffs: Optional[Handoffs] = None,
+                 context: Optional[List[Context]] = None, auth: Optional[Auth] = None) -> None:
         """``path``: a Unix socket path, a ``(host, port)`` over TCP, or None
         (never connects). ``handoffs``: ``(on_move(link, fd, move),
         on_gone(link, gone))`` to serve the shard's handoff socket (the direct
@@ -52,7 +70,7 @@ class ShardLink:
         self.index = index
         self.path = path
         self._auth = auth
-        self.context = context if context is not None else [None]
+        self.context: List[Context] = context if context is not None else [None]
         self.pending: Dict[int, Callback] = {}
         self.channel: Optional[FrameChannel] = None
         self.handoff: Optional[HandoffChannel] = None
@@ -63,6 +81,7 @@ class ShardLink:
         self._on_event = on_event
         self._on_down = on_down
         self._on_up = on_up
+        self._refusal_logged = False   # a failed TCP link is logged once until it works again
         self._greenlet = gevent.spawn(self._run) if path is not None else None
 
     @property
@@ -74,7 +93,7 @@ class ShardLink:
     def up(self) -> bool:
         return self.channel is not None
 
-    def call(self, op: str, args: Any, callback: Callback, slot: Any = None) -> int:
+    def call(self, op: str, args: Sequence[Any], callback: Callback, slot: Slots = None) -> int:
         """Send one request; returns its id (for ``cancel``), 0 if the shard is down.
         ``slot``: in a cluster, the slot (or slots) of the queues it names."""
         channel = self.channel
@@ -107,12 +126,13 @@ class ShardLink:
         if self.channel is not None:
             self.channel.close()
 
-    def _connect(self):
+    def _connect(self) -> Optional[socket.socket]:
         """A connected (and, over TCP, authenticated) socket, or None."""
-        if isinstance(self.path, str):
+        path = self.path
+        if isinstance(path, str):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                sock.connect(self.path)
+                sock.connect(path)
             except OSError:
                 sock.close()
                 return None
@@ -120,9 +140,11 @@ class ShardLink:
                 sock.close()
                 raise
             return sock
+        # Over TCP (a link with no address never connects), with the cluster's credentials.
+        assert path is not None and self._auth is not None
         secret, tls = self._auth
         try:
-            sock = socket.create_connection(self.path, timeout=LINK_TIMEOUT)
+            sock = socket.create_connection(path, timeout=LINK_TIMEOUT)
         except OSError:
             return None
         try:
@@ -133,7 +155,7 @@ class ShardLink:
             linkauth.client_handshake(sock, secret, LINK_TIMEOUT)
         except (OSError, linkauth.LinkAuthError) as err:
             if not self._refusal_logged:
-                log.warning("link to shard %d at %s:%d failed: %s", self.index, *self.path, err)
+                log.warning("link to shard %d at %s failed: %s", self.index, where(path), err)
                 self._refusal_logged = True
             sock.close()
             gevent.sleep(REFUSED_DELAY)
@@ -160,8 +182,7 @@ class ShardLink:
             self.channel = channel
             reader = None
             try:   # from here on, whatever ends the link (a kill too) closes it
-                log.info("connected to shard %d at %s", self.index,
-                         self.path if isinstance(self.path, str) else "%s:%d" % self.path)
+                log.info("connected to shard %d at %s", self.index, where(self.path))
                 reader = self._open_handoffs()
                 self._on_up(self)
                 channel.receive(self._handle)
@@ -182,7 +203,7 @@ class ShardLink:
                 for callback in pending.values():
                     callback([SERVER_ERROR, f"Shard {self.index} unavailable"])
 
-    def _open_handoffs(self) -> Optional[gevent.Greenlet]:
+    def _open_handoffs(self) -> Optional["gevent.Greenlet[..., None]"]:
         if self._handoffs is None or not isinstance(self.path, str):
             return None
         sock = connect_seqpacket(handoff_path(self.path), socket)
@@ -194,7 +215,8 @@ class ShardLink:
         return gevent.spawn(self.handoff.receive, lambda fd, move: on_move(self, fd, move),
                             lambda gone: on_gone(self, gone))
 
-    def _handle(self, frame: list) -> None:
+    def _handle(self, frame: Any) -> None:
+        """``[request id, reply]``, or ``[0, kind, body]``: a shard's note (msgpack)."""
         if frame[0] == 0:
             self._on_event(self, frame[1], frame[2])
             return

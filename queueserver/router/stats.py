@@ -3,15 +3,18 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict
+from typing import TYPE_CHECKING, Any, Dict
 
 from ..metrics import traffic
 from ..net.channel import FRAMES_SENT
 
+if TYPE_CHECKING:
+    from .router import Router
+
 _STARTED = time.time()
 
 
-def router_stats(router) -> Dict[str, Any]:
+def router_stats(router: "Router") -> Dict[str, Any]:
     """``connections``: clients served by this router now (a connection
     handed to a shard is counted by that shard while it is there);
     ``clients``: every connection it accepted that is still open, wherever
