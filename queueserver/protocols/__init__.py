@@ -5,7 +5,10 @@ Codecs are named here and imported when a listener for them starts.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Type
+
+if TYPE_CHECKING:
+    from .base import StreamCodec
 
 #: protocol -> (module, codec class, default port)
 PROTOCOLS = {
@@ -18,6 +21,7 @@ PROTOCOLS = {
 DEFAULT_PORTS = {name: port for name, (_, _, port) in PROTOCOLS.items()}
 
 
-def codec_class(protocol: str) -> Any:
+def codec_class(protocol: str) -> Type[StreamCodec]:
     module, name, _ = PROTOCOLS[protocol]
-    return getattr(importlib.import_module(module), name)
+    codec: Type[StreamCodec] = getattr(importlib.import_module(module), name)
+    return codec

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from ..engine.job import UNLIMITED_ATTEMPTS
 from ..engine.requests import AddRequest
@@ -23,6 +23,9 @@ BY_NUMBER = 4  # ``key`` is a job's 64-bit number
 ALL = 5        # every shard answers; the router merges the answers
 
 Render = Callable[[Reply], bytes]
+#: What a codec remembers between commands (:meth:`StreamCodec.state_at`):
+#: plain data, handed to another process as msgpack.
+CodecState = Dict[str, Any]
 
 
 def renderer(on_ok: Callable[[Any], bytes], on_error: Callable[..., bytes]) -> Callable[..., bytes]:
@@ -120,9 +123,9 @@ class Command:
                  key: Any = None, render: Optional[Render] = None, reply: bytes = b"",
                  close: bool = False, new_id: Optional[str] = None) -> None:
         self.op = op
-        self.args = args
+        self.args = args            # the engine request's arguments (each op its own)
         self.route = route
-        self.key = key
+        self.key = key              # what ``route`` says: a name, names, an id, a number
         self.render = render
         self.reply = reply          # the answer of a LOCAL command
         self.close = close          # close the connection after answering
@@ -226,12 +229,12 @@ class StreamCodec(ABC):
         buf = self.buffer
         return bytes(buf.data[command.start - buf.base:])
 
-    def state_at(self, command: Command) -> dict:
+    def state_at(self, command: Command) -> CodecState:
         """What this codec remembers between commands, as it was before
         ``command`` (plain data, for :meth:`restore`); most remember nothing."""
         return {}
 
-    def restore(self, state: dict) -> None:
+    def restore(self, state: CodecState) -> None:
         """Take up the state :meth:`state_at` gave."""
 
 
@@ -244,7 +247,7 @@ class InputBuffer:
     __slots__ = ("data", "pos", "mark", "base")
 
     def __init__(self) -> None:
-        self.data = bytearray()
+        self.data: Union[bytes, bytearray] = bytearray()
         self.pos = 0
         self.mark = 0    # where the command being decoded began: kept until it is whole
         self.base = 0    # stream offset of ``data[0]``

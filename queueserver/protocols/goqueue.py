@@ -54,7 +54,7 @@ from __future__ import annotations
 import re
 import struct
 from functools import partial
-from typing import Optional
+from typing import Any, Optional, Sequence
 
 from ..engine import status as S
 from ..engine.status import Reply
@@ -107,8 +107,8 @@ def _reserve_failure(reply: Reply) -> bytes:
     return TIMEOUT_REPLY if reply[0] == S.TIMEOUT else _failure(reply, "Failed to reserve job")
 
 
-def _reserved(value: list) -> bytes:
-    """A leased job (a :class:`~queueserver.engine.views.LeaseView`)."""
+def _reserved(value: Sequence[Any]) -> bytes:
+    """A leased job (a :class:`~queueserver.engine.views.LeaseView`, or its msgpack array)."""
     view = as_lease(value)
     payload = view.payload
     ttp = min(max(view.ttr // 1000, 0), ordering.U32_MAX)
@@ -149,7 +149,7 @@ class GoqueueCodec(StreamCodec):
         return error(message)
 
     def __init__(self, max_name: int = MAX_NAME, *, max_payload: int = MAX_PAYLOAD,
-                 **options) -> None:
+                 **options: object) -> None:
         super().__init__()
         self.max_name = max_name
         self.max_payload = max_payload
@@ -208,26 +208,26 @@ class GoqueueCodec(StreamCodec):
             buf.pos = pos + 8
             return Command("delete_number", (number,), BY_NUMBER, number,
                            partial(render_deleted, id=number))
-        if self._name is None:
+        raw = self._name
+        if raw is None:
             try:
-                name = self._string(buf, self.max_name)
+                raw = self._string(buf, self.max_name)
             except _TooLong:
                 raise _Fatal(f"Malformed {word.decode()} command: queue name longer than "
                              f"{self.max_name} bytes") from None
-            if name is None:
+            if raw is None:
                 return None
-            self._name = name
+            self._name = raw
         if word == b"ADD":
-            return self._add(buf)
-        return self._reserve(buf)
+            return self._add(buf, raw)
+        return self._reserve(buf, raw)
 
-    def _done(self) -> bytes:
-        """The request is consumed: its raw queue name, and ready for the next one."""
-        raw = self._name
+    def _done(self) -> None:
+        """The request is consumed: ready for the next one."""
         self._word = self._name = None
-        return raw
 
-    def _add(self, buf: InputBuffer) -> Optional[Command]:
+    def _add(self, buf: InputBuffer, raw: bytes) -> Optional[Command]:
+        """ADD's fixed fields and data, after its raw queue name ``raw``."""
         data, pos = buf.data, buf.pos
         left = len(data) - pos
         if left < _ADD_FIXED.size:
@@ -240,7 +240,7 @@ class GoqueueCodec(StreamCodec):
         start = pos + _ADD_FIXED.size
         buf.pos = start + size
         payload = bytes(data[start:start + size])
-        raw = self._done()
+        self._done()
         if not raw:
             return Command.local(error("Error adding new job to queue "))
         name = valid_queue_name(raw)
@@ -249,13 +249,15 @@ class GoqueueCodec(StreamCodec):
         return new_job(name, payload, partial(render_added, name=name),
                        priority=ordering.from_goqueue(priority), ttr=ttp * 1000)
 
-    def _reserve(self, buf: InputBuffer) -> Optional[Command]:
+    def _reserve(self, buf: InputBuffer, raw: bytes) -> Optional[Command]:
+        """RESERVE's timeout, after its raw queue name ``raw``."""
         data, pos = buf.data, buf.pos
         if len(data) - pos < 4:
             return None
         (timeout,) = _U32.unpack_from(data, pos)
         buf.pos = pos + 4
-        name = valid_queue_name(self._done())
+        self._done()
+        name = valid_queue_name(raw)
         if name is None:
             return Command.local(error(INVALID_NAME))
         return Command("lease", ([name], timeout * 1000 if timeout else None), BY_NAME, name,

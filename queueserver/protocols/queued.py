@@ -37,7 +37,7 @@ from typing import Optional
 from ..engine import status as S
 from ..engine.status import Reply
 from ..engine.views import as_lease
-from .base import BY_NAME, MAX_PAYLOAD, Command, new_job, renderer, valid_queue_name
+from .base import BY_NAME, MAX_PAYLOAD, CodecState, Command, new_job, renderer, valid_queue_name
 from .lines import LineCodec
 
 
@@ -147,12 +147,12 @@ class QueuedCodec(LineCodec):
             return self._use(data)
         return Command.local(error(b"bad command recieved, '" + command + b"'"))
 
-    def state_at(self, command: Command) -> dict:
+    def state_at(self, command: Command) -> CodecState:
         """The queue in use: every queue command names it (``USE`` names the
         one it switches to, and sets it again when decoded anew)."""
         return {"queue": command.key}
 
-    def restore(self, state: dict) -> None:
+    def restore(self, state: CodecState) -> None:
         self.queue = state.get("queue", DEFAULT_QUEUE)
 
     def _use(self, data: Optional[bytes]) -> Command:

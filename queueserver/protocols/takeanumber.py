@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 from functools import partial
-from typing import Optional
+from typing import Any, Optional, Sequence
 
 from ..engine import status as S
 from ..engine.status import Reply
@@ -94,7 +94,7 @@ render_len = renderer(lambda size: b":%d\r\n" % size, _error)
 render_add = renderer(lambda added: b"+" + added[0].encode() + b"\r\n", _error)
 #: ``lease`` -> ``+<id> <body>``, or ``empty`` (``:-1``; a keyword argument)
 #: when the queue is empty.
-def _reserved(value: list) -> bytes:
+def _reserved(value: Sequence[Any]) -> bytes:
     view = as_lease(value)
     return b"".join((b"+", view.id.encode(), b" ", view.payload, b"\r\n"))
 

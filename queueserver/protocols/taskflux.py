@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import struct
 from functools import partial
-from typing import Optional, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 from ..engine import status as S
 from ..engine.status import Reply
@@ -108,8 +108,8 @@ def _dequeue_failure(reply: Reply, name: str = "") -> bytes:
     return response(b"d\x00") if reply[0] == S.TIMEOUT else _failure(reply, name)
 
 
-def _dequeued(value: list) -> bytes:
-    """A taken job (a :class:`~queueserver.engine.views.LeaseView`)."""
+def _dequeued(value: Sequence[Any]) -> bytes:
+    """A taken job (a :class:`~queueserver.engine.views.LeaseView`, or its msgpack array)."""
     view = as_lease(value)
     return response(b"d\x01" + _I64.pack(ordering.to_taskflux(view.priority)) + _string(view.payload))
 
@@ -140,7 +140,8 @@ class _Body:
         if pos + 8 > len(data):
             raise _Malformed(f"Malformed request: truncated {field}")
         self.pos = pos + 8
-        return _I64.unpack_from(data, pos)[0]
+        value: int = _I64.unpack_from(data, pos)[0]
+        return value
 
     def sized(self, field: str) -> bytes:
         data, pos = self.data, self.pos
@@ -205,7 +206,7 @@ class TaskFluxCodec(StreamCodec):
         return transport_error(message)
 
     def __init__(self, max_body: Optional[int] = None, *, max_payload: int = MAX_PAYLOAD,
-                 **options) -> None:
+                 **options: object) -> None:
         super().__init__()
         self.max_payload = max_payload
         self.max_body = max_payload + PACKET_SLACK if max_body is None else max_body
@@ -246,6 +247,7 @@ class TaskFluxCodec(StreamCodec):
         if name is None:
             return Command.local(business_error(INVALID_QUEUE_NAME, INVALID_NAME_MESSAGE))
         if command == "E":
+            assert extra is not None   # an Enqueue has its key and data
             key, data = extra
             if len(data) > self.max_payload:
                 return Command.local(business_error(

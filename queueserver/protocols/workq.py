@@ -35,7 +35,7 @@ from __future__ import annotations
 import calendar
 import re
 import time
-from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from ..engine import status as S
 from ..engine.requests import RunRequest
@@ -71,7 +71,7 @@ _TIME = re.compile(rb"\A(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)Z\Z")
 
 class _BlockSpec(NamedTuple):
     """The line of a command with a data block."""
-    count: int                 # positional arguments
+    arg_count: int             # positional arguments (``count`` would hide tuple.count)
     size_at: int               # index of the block size among them
     size_error: str
 
@@ -119,7 +119,7 @@ def _with_data(id: str, word: object, data: bytes) -> bytes:
 
 render_ok = renderer(lambda _: OK_REPLY, _error)
 #: A lease view ``[id, name, payload, ...]``: ``<id> <name> <payload-size>``.
-def _leased(value: list) -> bytes:
+def _leased(value: Sequence[Any]) -> bytes:
     view = as_lease(value)
     return _with_data(view.id, name_token(view.name), view.payload)
 
@@ -133,13 +133,14 @@ def format_time(us: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(us // 1000000))
 
 
-def _job_block(view: list) -> bytes:
+# A view is a named tuple here, a msgpack array from a router.
+def _job_block(view: Sequence[Any]) -> bytes:
     (id, name, ttr, ttl, payload, max_attempts, attempts, max_fails, fails, priority,
      state, created, sched) = view
     lines = [
         f"name {name_token(name)}", f"ttr {ttr}", f"ttl {ttl}", f"payload-size {len(payload)}",
     ]
-    head = "\r\n".join(lines).encode() + b"\r\npayload " + payload + b"\r\n"
+    head: bytes = "\r\n".join(lines).encode() + b"\r\npayload " + payload + b"\r\n"
     tail = [
         f"max-attempts {max_attempts}", f"attempts {attempts}", f"max-fails {max_fails}",
         f"fails {fails}", f"priority {priority}", f"state {state}", f"created {format_time(created)}",
@@ -150,19 +151,19 @@ def _job_block(view: list) -> bytes:
     return f"{id} {count}\r\n".encode() + head + "\r\n".join(tail).encode() + b"\r\n"
 
 
-def _queue_block(view: list) -> bytes:
+def _queue_block(view: Sequence[Any]) -> bytes:
     name, ready, scheduled = view
     return f"{name_token(name)} 2\r\nready-len {ready}\r\nscheduled-len {scheduled}\r\n".encode()
 
 
-def _one(block: Callable[[list], bytes]) -> Callable[[Reply], bytes]:
+def _one(block: Callable[[Sequence[Any]], bytes]) -> Callable[[Reply], bytes]:
     """A renderer for ``+OK 1`` and one block (inspect job, inspect queue)."""
     return renderer(lambda view: b"+OK 1\r\n" + block(view), _error)
 
 
-def _many(block: Callable[[list], bytes]) -> Callable[[Reply], bytes]:
+def _many(block: Callable[[Sequence[Any]], bytes]) -> Callable[[Reply], bytes]:
     """A renderer for ``+OK <n>`` and n blocks (inspect jobs, inspect queues)."""
-    def blocks(views: list) -> bytes:
+    def blocks(views: Sequence[Sequence[Any]]) -> bytes:
         return f"+OK {len(views)}\r\n".encode() + b"".join(block(v) for v in views)
     return renderer(blocks, _error)
 
@@ -173,7 +174,7 @@ render_queue = _one(_queue_block)
 render_queues = _many(_queue_block)
 
 
-def _server(info: dict) -> bytes:
+def _server(info: Dict[str, Any]) -> bytes:
     """The merged keys: active-clients, evicted-jobs, started (µs)."""
     keys = [("active-clients", info["active-clients"]), ("evicted-jobs", info["evicted-jobs"]),
             ("started", format_time(info["started"]))]
@@ -253,7 +254,7 @@ def _split(line: bytes) -> Tuple[List[bytes], Optional[Dict[bytes, bytes]]]:
     return args, (None if bad_flags else flags)
 
 
-def _job_flags(flags: Dict[bytes, bytes], allowed: set) -> Tuple[int, int, int]:
+def _job_flags(flags: Dict[bytes, bytes], allowed: Set[bytes]) -> Tuple[int, int, int]:
     if not flags:
         return 0, 0, 0
     if len(flags) > len(allowed):
@@ -346,7 +347,7 @@ class WorkqCodec(LineCodec):
         if spec is None:
             buf.mark, buf.pos = pos, start
             return self._command(name, args[1:], flags, None)
-        if flags is not None and len(args) == spec.count + 1:
+        if flags is not None and len(args) == spec.arg_count + 1:
             token = args[spec.size_at + 1]
             if token.isdigit():
                 size = parse_int(token)
@@ -363,6 +364,7 @@ class WorkqCodec(LineCodec):
         if start - 1 - pos > self.max_line:
             return None    # a line limit below what the pattern allows
         kind = m.lastindex
+        assert kind is not None   # the pattern matched: one alternative's groups did
         if kind == _LEASE:
             buf.mark, buf.pos = pos, start
             timeout = int(m.group(7))
@@ -439,6 +441,7 @@ class WorkqCodec(LineCodec):
     def _block(self, buf: InputBuffer) -> Optional[Command]:
         """The pending command once its block and CRLF have arrived."""
         pending = self._pending
+        assert pending is not None   # called only while a block is awaited
         size = pending.size
         if len(buf) < size + 2:
             return None
@@ -472,7 +475,13 @@ class WorkqCodec(LineCodec):
 
 
 # ----------------------------------------------------------------- builders
-def _build_add(args, flags, block) -> Command:
+#: ``build(args, flags, block)``: the block is there for the commands of
+#: ``_BLOCKS`` and only for them.
+Builder = Callable[[List[bytes], Dict[bytes, bytes], Optional[bytes]], Command]
+
+
+def _build_add(args: List[bytes], flags: Dict[bytes, bytes], block: Optional[bytes]) -> Command:
+    assert block is not None
     id = _id(args[0])
     name = _name(args[1])
     ttr = _uint(args[2], MAX_TTR, "Invalid TTR", low=1)
@@ -482,7 +491,8 @@ def _build_add(args, flags, block) -> Command:
                    max_attempts=max_attempts, max_fails=max_fails)
 
 
-def _build_schedule(args, flags, block) -> Command:
+def _build_schedule(args: List[bytes], flags: Dict[bytes, bytes], block: Optional[bytes]) -> Command:
+    assert block is not None
     id = _id(args[0])
     name = _name(args[1])
     ttr = _uint(args[2], MAX_TTR, "Invalid TTR", low=1)
@@ -493,7 +503,8 @@ def _build_schedule(args, flags, block) -> Command:
                    max_attempts=max_attempts, max_fails=max_fails, sched=sched)
 
 
-def _build_run(args, flags, block) -> Command:
+def _build_run(args: List[bytes], flags: Dict[bytes, bytes], block: Optional[bytes]) -> Command:
+    assert block is not None
     id = _id(args[0])
     name = _name(args[1])
     ttr = _uint(args[2], MAX_TTR, "Invalid TTR", low=1)
@@ -503,7 +514,7 @@ def _build_run(args, flags, block) -> Command:
                    render_result, new_id=id)
 
 
-def _build_result(args, flags, block) -> Command:
+def _build_result(args: List[bytes], flags: Dict[bytes, bytes], block: Optional[bytes]) -> Command:
     if len(args) != 2:
         raise Invalid("Invalid command args")
     id = _id(args[0])
@@ -511,7 +522,7 @@ def _build_result(args, flags, block) -> Command:
     return Command("result", (id, timeout), BY_ID, id, render_result)
 
 
-def _build_lease(args, flags, block) -> Command:
+def _build_lease(args: List[bytes], flags: Dict[bytes, bytes], block: Optional[bytes]) -> Command:
     if len(args) < 2:
         raise Invalid("Invalid command args")
     timeout = _uint(args[-1], MAX_WAIT, "Invalid wait timeout")
@@ -522,21 +533,21 @@ def _build_lease(args, flags, block) -> Command:
     return Command("lease", (names, timeout), BY_NAMES, names, render_lease)
 
 
-def _build_finish(op: str):
-    def build(args, flags, block) -> Command:
+def _build_finish(op: str) -> Builder:
+    def build(args: List[bytes], flags: Dict[bytes, bytes], block: Optional[bytes]) -> Command:
         id = _id(args[0])
         return Command(op, (id, block), BY_ID, id, render_ok)
     return build
 
 
-def _build_delete(args, flags, block) -> Command:
+def _build_delete(args: List[bytes], flags: Dict[bytes, bytes], block: Optional[bytes]) -> Command:
     if len(args) != 1:
         raise Invalid("Invalid command args")
     id = _id(args[0])
     return Command("delete", (id,), BY_ID, id, render_ok)
 
 
-def _build_inspect(args, flags, block) -> Command:
+def _build_inspect(args: List[bytes], flags: Dict[bytes, bytes], block: Optional[bytes]) -> Command:
     if not args:
         raise Invalid("Invalid command args")
     sub, rest = args[0], args[1:]
@@ -569,7 +580,7 @@ def _build_inspect(args, flags, block) -> Command:
     raise Invalid("Unknown command")
 
 
-_BUILDERS = {
+_BUILDERS: Dict[bytes, Builder] = {
     b"add": _build_add,
     b"schedule": _build_schedule,
     b"run": _build_run,
