@@ -16,9 +16,13 @@ from __future__ import annotations
 import datetime as _dt
 import socket
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
+from typing import (Callable, Dict, Generic, Iterable, List, NoReturn, Optional, Sequence, Tuple, TypeVar,
+                    Union)
 
 Payload = Union[bytes, str]
+#: a value of ``inspect``: a number as an int, other text as str, the payload as bytes
+Field = Union[int, str, bytes]
+T = TypeVar("T")
 
 DEFAULT_PORT = 9922
 
@@ -78,14 +82,16 @@ class Result:
 class JobInfo:
     """``inspect job``: every key the server sent, with numbers as ints."""
     id: str
-    fields: Dict[str, Any] = field(default_factory=dict)
+    fields: Dict[str, Field] = field(default_factory=dict)
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> Field:
         return self.fields[key]
 
     @property
     def state(self) -> int:
-        return self.fields["state"]
+        state = self.fields["state"]
+        assert isinstance(state, int), state   # the server sends a number
+        return state
 
 
 def _bytes(data: Payload) -> bytes:
@@ -135,18 +141,18 @@ class _Reader:
         return data
 
 
-def _raise_for(line: bytes) -> None:
+def _raise_for(line: bytes) -> NoReturn:
     text = line.decode(errors="replace")
     code, _, message = text[1:].partition(" ")
     raise _ERRORS.get(code, ServerError)(message or text[1:])
 
 
-class _Request:
-    """One request's bytes and how to read its answer."""
+class _Request(Generic[T]):
+    """One request's bytes and how to read its answer (a ``T``)."""
 
     __slots__ = ("data", "parse")
 
-    def __init__(self, data: bytes, parse: Callable[[_Reader, bytes], Any]) -> None:
+    def __init__(self, data: bytes, parse: Callable[[_Reader, bytes], T]) -> None:
         self.data = data
         self.parse = parse
 
@@ -188,14 +194,14 @@ def _result(reader: _Reader, first: bytes) -> Result:
     return Result(id.decode(), success == b"1", result)
 
 
-def _value(raw: bytes) -> Any:
+def _value(raw: bytes) -> Union[int, str]:
     text = raw.decode(errors="replace")
     return int(text) if text.lstrip("-").isdigit() else text
 
 
-def _keyed(lines: List[bytes]) -> tuple:
+def _keyed(lines: List[bytes]) -> Tuple[str, Dict[str, Field]]:
     name = lines[0].split(b" ")[0].decode()
-    fields: Dict[str, Any] = {}
+    fields: Dict[str, Field] = {}
     for line in lines[1:]:
         key, _, value = line.partition(b" ")
         fields[key.decode()] = value if key == b"payload" else _value(value)
@@ -210,28 +216,28 @@ def _job_info(reader: _Reader, first: bytes) -> JobInfo:
     return _job_infos(reader, first)[0]
 
 
-def _queues(reader: _Reader, first: bytes) -> Dict[str, Dict[str, Any]]:
+def _queues(reader: _Reader, first: bytes) -> Dict[str, Dict[str, Field]]:
     return dict(_keyed(lines) for lines in _blocks(reader, first))
 
 
-def _single(reader: _Reader, first: bytes) -> Dict[str, Any]:
+def _single(reader: _Reader, first: bytes) -> Dict[str, Field]:
     return next(iter(_queues(reader, first).values()))
 
 
 # -------------------------------------------------- requests shared by client and pipeline
 def _add_request(id: str, name: str, payload: Payload, ttr: int, ttl: int, priority: Optional[int],
-                 max_attempts: Optional[int], max_fails: Optional[int]) -> _Request:
+                 max_attempts: Optional[int], max_fails: Optional[int]) -> _Request[None]:
     body = _bytes(payload)
     flags = _flags(priority=priority, max_attempts=max_attempts, max_fails=max_fails)
     return _Request(f"add {id} {name} {ttr} {ttl} {len(body)}{flags}\r\n".encode() + body + b"\r\n", _ok)
 
 
-def _finish_request(verb: str, id: str, result: Payload) -> _Request:
+def _finish_request(verb: str, id: str, result: Payload) -> _Request[None]:
     body = _bytes(result)
     return _Request(f"{verb} {id} {len(body)}\r\n".encode() + body + b"\r\n", _ok)
 
 
-def _delete_request(id: str) -> _Request:
+def _delete_request(id: str) -> _Request[None]:
     return _Request(f"delete {id}\r\n".encode(), _ok)
 
 
@@ -263,15 +269,16 @@ class Client:
     def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _exchange(self, requests: Sequence[_Request], wait_ms: int = 0) -> List[Any]:
-        """Send ``requests`` in one write; read every answer (errors as exceptions)."""
+    def _exchange(self, requests: Sequence[_Request[T]], wait_ms: int = 0) -> List[Union[T, WorkqError]]:
+        """Send ``requests`` in one write; read every answer (errors as exception objects)."""
         data = b"".join(r.data for r in requests)
         for attempt in (1, 2):
             if self._sock is None:
                 self.connect()
+            assert self._sock is not None
             try:
                 self._sock.sendall(data)
                 break
@@ -281,7 +288,7 @@ class Client:
                     raise
         assert self._sock is not None and self._reader is not None
         self._sock.settimeout(self.timeout + wait_ms / 1000.0)
-        answers: List[Any] = []
+        answers: List[Union[T, WorkqError]] = []
         try:
             for request in requests:
                 first = self._reader.line()
@@ -297,7 +304,7 @@ class Client:
             raise ConnectionLost(str(err)) from err
         return answers
 
-    def _call(self, request: _Request, wait_ms: int = 0) -> Any:
+    def _call(self, request: _Request[T], wait_ms: int = 0) -> T:
         answer = self._exchange([request], wait_ms)[0]
         if isinstance(answer, WorkqError):
             raise answer
@@ -354,13 +361,13 @@ class Client:
         return self._call(_Request(f"inspect scheduled-jobs {name} {offset} {limit}\r\n".encode(),
                                    _job_infos))
 
-    def inspect_queue(self, name: str) -> Dict[str, Any]:
+    def inspect_queue(self, name: str) -> Dict[str, Field]:
         return self._call(_Request(f"inspect queue {name}\r\n".encode(), _single))
 
-    def inspect_queues(self, offset: int = 0, limit: int = 100) -> Dict[str, Dict[str, Any]]:
+    def inspect_queues(self, offset: int = 0, limit: int = 100) -> Dict[str, Dict[str, Field]]:
         return self._call(_Request(f"inspect queues {offset} {limit}\r\n".encode(), _queues))
 
-    def inspect_server(self) -> Dict[str, Any]:
+    def inspect_server(self) -> Dict[str, Field]:
         return self._call(_Request(b"inspect server\r\n", _single))
 
     def pipeline(self) -> "Pipeline":
@@ -373,7 +380,7 @@ class Pipeline:
 
     def __init__(self, client: Client) -> None:
         self.client = client
-        self.requests: List[_Request] = []
+        self.requests: List[_Request[None]] = []
 
     def add(self, id: str, name: str, payload: Payload, ttr: int, ttl: int, *,
             priority: Optional[int] = None, max_attempts: Optional[int] = None,
@@ -396,6 +403,6 @@ class Pipeline:
     def __len__(self) -> int:
         return len(self.requests)
 
-    def execute(self) -> List[Any]:
+    def execute(self) -> List[Optional[WorkqError]]:
         requests, self.requests = self.requests, []
         return self.client._exchange(requests) if requests else []

@@ -23,13 +23,16 @@ import signal
 import threading
 import time
 import traceback
-from typing import Callable, Iterable, Optional, Union
+from types import FrameType
+from typing import Callable, Iterable, NoReturn, Optional, Union
 
 from .client import Client, ConnectionLost, Job, ServerError, TimedOut, WorkqError
 
 log = logging.getLogger("queueserver.worker")
 
-Handler = Callable[[Job], Union[bytes, str, None]]
+#: A job's function: it should return bytes, str or None; what it returns is
+#: checked (anything else fails the job), so any function of a job will do.
+Handler = Callable[[Job], object]
 
 
 #: The first wait after a failed attempt, and the most any wait grows to (seconds).
@@ -65,7 +68,7 @@ def load_handler(spec: str) -> Handler:
     except Exception as err:
         raise ValueError(f"importing module {module_name!r} for {spec} failed: "
                          f"{type(err).__name__}: {err}") from None
-    handler = getattr(module, attr, None)
+    handler: object = getattr(module, attr, None)
     if handler is None:
         raise ValueError(f"module {module_name!r} has no function {attr!r} (check the name in {spec})")
     if not callable(handler):
@@ -73,7 +76,7 @@ def load_handler(spec: str) -> Handler:
     return handler
 
 
-def _as_bytes(value: Union[bytes, str, None]) -> bytes:
+def _as_bytes(value: object) -> bytes:
     if value is None:
         return b""
     if isinstance(value, str):
@@ -103,7 +106,7 @@ class Worker:
         self._ever_answered = False
         self._state: Optional[str] = None   # the trouble last logged (None: none)
 
-    def stop(self, *_args) -> None:
+    def stop(self, *_args: object) -> None:
         self._stop.set()
 
     def install_signal_handlers(self) -> None:
@@ -215,11 +218,11 @@ class _deadline:
             self._previous = signal.signal(signal.SIGALRM, self._expire)
             signal.setitimer(signal.ITIMER_REAL, self.ms / 1000.0)
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.armed:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._previous)
 
     @staticmethod
-    def _expire(signum, frame) -> None:
+    def _expire(signum: int, frame: Optional[FrameType]) -> NoReturn:
         raise LeaseExpired()

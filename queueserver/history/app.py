@@ -168,7 +168,9 @@ def _write_outputs(spark: SparkSession, storage: Storage, current: ckpt.Checkpoi
     minutes = tables.minute_view(_read_state(spark, storage, current.state, "minutes"), jobs)
     try:
         with stage(f"loading state {current.state}"):
-            first, last = jobs.agg(F.min("first_seen"), F.max("last_seen")).first()
+            bounds = jobs.agg(F.min("first_seen"), F.max("last_seen")).first()
+            assert bounds is not None   # an aggregate without groups is one row (nulls if no jobs)
+            first, last = bounds
         now, stale_us = (last or 0), round(stale_after * 1e6)
         stuck = tables.stuck_view(jobs, now, stale_us)
         with stage("writing jobs"):

@@ -11,13 +11,14 @@ import html
 import io
 import math
 from datetime import datetime, timezone
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 
 from .state import MINUTE_US
@@ -40,7 +41,7 @@ def bucket_for(first: int, last: int) -> Tuple[int, str]:
     return minutes * MINUTE_US, name
 
 
-def _bucket(name: str, width: int) -> F.Column:
+def _bucket(name: str, width: int) -> Column:
     return (F.col(name) - F.pmod(name, F.lit(width))).alias("bucket")
 
 
@@ -56,10 +57,12 @@ def _png(fig: Figure) -> str:
             + base64.b64encode(buf.getvalue()).decode("ascii") + '">')
 
 
-def _time_axis(ax, label: bool = True) -> None:  # type: ignore[no-untyped-def]
-    locator = AutoDateLocator(tz=timezone.utc)
+def _time_axis(ax: Axes, label: bool = True) -> None:
+    # matplotlib.dates is not annotated (no stub either): its classes' constructors are untyped
+    locator = AutoDateLocator(tz=timezone.utc)  # type: ignore[no-untyped-call]
     ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(ConciseDateFormatter(locator, tz=timezone.utc))
+    formatter = ConciseDateFormatter(locator, tz=timezone.utc)  # type: ignore[no-untyped-call]
+    ax.xaxis.set_major_formatter(formatter)
     if label:
         ax.set_xlabel("UTC")
     ax.grid(True, alpha=0.3)
@@ -71,14 +74,14 @@ def _buckets(first: int, last: int, width: int) -> List[int]:
     return list(range(first - first % width, last - last % width + 1, width))
 
 
-def _minute_series(minutes: DataFrame, width: int) -> list:
+def _minute_series(minutes: DataFrame, width: int) -> List[Row]:
     """Per queue and bucket: the sums the throughput and failure charts draw."""
     kinds = ("added", "completed", "failed", "dead", "expired")
     return (minutes.groupBy("queue", _bucket("minute", width))
             .agg(*[F.sum(k).alias(k) for k in kinds]).orderBy("bucket").collect())
 
 
-def _throughput(rows: list, buckets: List[int], label: str) -> str:
+def _throughput(rows: List[Row], buckets: List[int], label: str) -> str:
     volume: Dict[str, int] = {}
     for r in rows:
         volume[r.queue] = volume.get(r.queue, 0) + r.added + r.completed
@@ -124,7 +127,7 @@ def _latency(jobs: DataFrame, buckets: List[int], width: int, label: str) -> str
     return _png(fig)
 
 
-def _failures(rows: list, width: int, label: str) -> str:
+def _failures(rows: List[Row], width: int, label: str) -> str:
     kinds = ("failed", "dead", "expired")
     totals: Dict[int, Dict[str, int]] = {}
     for r in rows:
@@ -136,9 +139,11 @@ def _failures(rows: list, width: int, label: str) -> str:
     xs = sorted(totals)
     bottom = [0] * len(xs)
     bar_width = width / MINUTE_US / 1440 * 0.9     # in days, as matplotlib's dates count
+    days = [_when(x) for x in xs]
     for kind in kinds:
         ys = [totals[x][kind] for x in xs]
-        ax.bar([_when(x) for x in xs], ys, width=bar_width, bottom=bottom, label=kind, align="edge")
+        # matplotlib's annotations take no datetimes for x; its date converter does (as for plot)
+        ax.bar(days, ys, width=bar_width, bottom=bottom, label=kind, align="edge")  # type: ignore[arg-type]
         bottom = [b + y for b, y in zip(bottom, ys)]
     ax.set_ylabel(f"jobs per {label}")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -170,7 +175,8 @@ def _queue_table(queues: List[QueueStats]) -> str:
 def _stuck_table(stuck: DataFrame, total: int) -> str:
     rows = (stuck.orderBy(F.col("reason"), F.col("age_seconds").desc(), F.col("id"))
             .limit(STUCK_ROWS).collect())
-    utc = lambda us: "" if us is None else _when(us).strftime("%Y-%m-%d %H:%M:%S")  # noqa: E731
+    utc: Callable[[Optional[int]], str] = (
+        lambda us: "" if us is None else _when(us).strftime("%Y-%m-%d %H:%M:%S"))  # noqa: E731
     table = _table(["reason", "queue", "id", "protocol", "added (UTC)", "last leased (UTC)",
                     "attempts", "requeues", "age (s)"],
                    ([r.reason, r.queue, r.id, r.protocol or "", utc(r.added), utc(r.last_leased),

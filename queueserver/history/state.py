@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from .schema import ADDED, EVENTS, FINAL, LEASED, RELEASED, REQUEUED, RETRIED, RETURNED
@@ -24,7 +24,7 @@ TAKEN = "taken"
 ENDS = tuple(event for event in FINAL if event != TAKEN)
 
 
-def _at(event: str) -> F.Column:
+def _at(event: str) -> Column:
     """The event's time when it is ``event``, else null."""
     return F.when(F.col("event") == event, F.col("time"))
 

@@ -6,9 +6,10 @@ FileSystem Spark writes the tables with, instead of Python's ``open``.
 """
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, List, Optional
 
-from py4j.protocol import Py4JJavaError
+# py4j ships no annotations (nor stubs); its Java objects are Any here
+from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 from pyspark.sql import SparkSession
 
 
@@ -16,13 +17,17 @@ class Storage:
     """Files under one root directory (``OUT``), named relative to it."""
 
     def __init__(self, spark: SparkSession, root: str) -> None:
-        self._jvm = spark.sparkContext._jvm
-        self._gateway = spark.sparkContext._gateway
-        self._conf = spark.sparkContext._jsc.hadoopConfiguration()
+        context = spark.sparkContext
+        jvm, gateway = context._jvm, context._gateway
+        assert jvm is not None and gateway is not None   # a running context has its JVM
+        # Java objects through py4j (Any: untyped, every attribute a Java member)
+        self._jvm: Any = jvm
+        self._gateway: Any = gateway
+        self._conf: Any = context._jsc.hadoopConfiguration()
         self.root = root.rstrip("/") or "/"
         self._fs = self._path("").getFileSystem(self._conf)
 
-    def _path(self, name: str):  # -> org.apache.hadoop.fs.Path
+    def _path(self, name: str) -> Any:  # -> org.apache.hadoop.fs.Path
         return self._jvm.org.apache.hadoop.fs.Path(self.path(name))
 
     def path(self, name: str) -> str:

@@ -69,10 +69,10 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Iterator, List, Mapping, Optional, Sequence, Set, Tuple, TypedDict, overload
 
 from pyspark import TaskContext
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import (ArrayType, BinaryType, DataType, MapType, StringType, StructType,
                                VariantType)
@@ -119,7 +119,24 @@ class QueueCommitMessage(WriterCommitMessage):
     seconds: float
 
 
+class Totals(TypedDict):
+    """A write's totals (:func:`summarize`): what ``summaryFile`` holds and
+    :func:`enqueue_dataframe` returns."""
+    rows: int
+    added: int
+    duplicates: int
+    partitions: int
+    seconds: float
+    rows_per_second: float
+
+
 # ------------------------------------------------------------------ options
+@overload
+def _int(options: Mapping[str, str], name: str, default: int, low: int, high: int) -> int: ...
+@overload
+def _int(options: Mapping[str, str], name: str, default: None, low: int, high: int) -> Optional[int]: ...
+
+
 def _int(options: Mapping[str, str], name: str, default: Optional[int], low: int, high: int) -> Optional[int]:
     raw = options.get(name.lower())
     if raw is None:
@@ -145,7 +162,7 @@ def _column(schema: StructType, option: str, name: str) -> Tuple[int, DataType]:
     return matches[0], schema.fields[matches[0]].dataType
 
 
-def check_queue_name(name: Any) -> str:
+def check_queue_name(name: object) -> str:
     """``name`` if it can be sent as a workq queue name; the server judges the rest
     (its charset and length), here we refuse only what would break the request line."""
     if not isinstance(name, str) or not name or _UNSENDABLE.search(name):
@@ -192,6 +209,7 @@ class WriteOptions:
             except QueueWriteError as err:
                 raise ValueError(f"option queue: {err}") from None
         else:
+            assert queue_column is not None   # exactly one of the two
             queue_index, queue_type = _column(schema, "queueColumn", queue_column)
             if not isinstance(queue_type, StringType):
                 raise ValueError(f"queueColumn {queue_column!r} must be a string column, not {queue_type}")
@@ -224,7 +242,7 @@ class WriteOptions:
         )
 
 
-def key_text(value: Any) -> str:
+def key_text(value: object) -> str:
     """A key value as the string its job id is made from: strings as they are,
     binary as hex, anything else by ``str`` (so 7 and "7" are the same key)."""
     if isinstance(value, str):
@@ -234,7 +252,7 @@ def key_text(value: Any) -> str:
     return str(value)
 
 
-def job_id(key: Any, namespace: uuid.UUID = DEFAULT_NAMESPACE) -> str:
+def job_id(key: object, namespace: uuid.UUID = DEFAULT_NAMESPACE) -> str:
     """The workq job id of the row whose key column holds ``key``."""
     return str(uuid.uuid5(namespace, key_text(key)))
 
@@ -247,7 +265,7 @@ class QueueWriter(DataSourceWriter):
         self.options = options
         self.started = time.time()   # wall clock: the commit runs in another process
 
-    def write(self, iterator: Iterator[Any]) -> QueueCommitMessage:
+    def write(self, iterator: Iterator[Row]) -> QueueCommitMessage:
         """Enqueue this partition's rows, ``batch`` at a time over one connection."""
         o = self.options
         context = TaskContext.get()
@@ -255,7 +273,7 @@ class QueueWriter(DataSourceWriter):
         counts = [0, 0]   # added, duplicates
         client = Client(o.host, o.port)
         pipeline = client.pipeline()
-        sent: List[Tuple[Any, str, str]] = []   # (key, queue, id) of each row in the batch
+        sent: List[Tuple[object, str, str]] = []   # (key, queue, id) of each row in the batch
         size = 0
         known_queues: Set[str] = set()
         try:
@@ -289,7 +307,7 @@ class QueueWriter(DataSourceWriter):
                                   rows=added + duplicates, added=added, duplicates=duplicates,
                                   seconds=time.monotonic() - started)
 
-    def _flush(self, client: Client, pipeline: Pipeline, sent: List[Tuple[Any, str, str]],
+    def _flush(self, client: Client, pipeline: Pipeline, sent: List[Tuple[object, str, str]],
                counts: List[int]) -> None:
         """Send the batch in one write, match the answers to the rows in order."""
         try:
@@ -329,7 +347,7 @@ class QueueWriter(DataSourceWriter):
                     done["partitions"], done["added"], done["duplicates"])
 
 
-def summarize(messages: Sequence[Optional[WriterCommitMessage]], seconds: float) -> Dict[str, Any]:
+def summarize(messages: Sequence[Optional[WriterCommitMessage]], seconds: float) -> Totals:
     """The totals of the tasks' commit messages (``None`` for a failed task is skipped)."""
     done = [m for m in messages if isinstance(m, QueueCommitMessage)]
     rows = sum(m.rows for m in done)
@@ -338,7 +356,7 @@ def summarize(messages: Sequence[Optional[WriterCommitMessage]], seconds: float)
             "seconds": seconds, "rows_per_second": rows / seconds if seconds > 0 else 0.0}
 
 
-def _write_json(path: str, data: Dict[str, Any]) -> None:
+def _write_json(path: str, data: Mapping[str, object]) -> None:
     """Whole or not at all: the reader never sees half a file."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".summary-")
@@ -391,7 +409,8 @@ def _local_workers_run_this_python(spark: SparkSession) -> Iterator[None]:
     made with; nothing else changes)."""
     try:
         context = spark.sparkContext
-        local = context.master.startswith("local")
+        master = context.master   # None: not set, which is no local master either
+        local = master is not None and master.startswith("local")
     except Exception:   # Spark Connect: the workers are the server's
         local = False
     if not local or "PYSPARK_PYTHON" in os.environ:
@@ -410,7 +429,7 @@ def _option_name(name: str) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
-def enqueue_dataframe(df: DataFrame, **options: Any) -> Dict[str, Any]:
+def enqueue_dataframe(df: DataFrame, **options: object) -> Totals:
     """Write ``df`` to queueserver (options as in the module's table, in camelCase
     or snake_case; ``None`` means unset) and return the totals: ``rows``,
     ``added``, ``duplicates``, ``partitions``, ``seconds``, ``rows_per_second``."""
@@ -423,7 +442,7 @@ def enqueue_dataframe(df: DataFrame, **options: Any) -> Dict[str, Any]:
                 writer = writer.option(_option_name(name), str(value))
         writer.option("summaryFile", summary).save()
         with open(summary) as f:
-            totals = json.load(f)
+            totals: Totals = json.load(f)   # what QueueWriter.commit wrote
     log.info("enqueued %(rows)d rows: %(added)d added, %(duplicates)d duplicates "
              "(%(rows_per_second).0f rows/s)", totals)
     return totals
