@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 import time
+from typing import Dict, Union
 
 import gevent
 
@@ -18,7 +19,8 @@ from .segments import recover
 from .writer import POLICIES, AppendLog
 
 
-def run(directory: str, policy: str, clients: int, records: int, payload: int) -> dict:
+def run(directory: str, policy: str, clients: int, records: int,
+        payload: int) -> Dict[str, Union[str, int, float]]:
     rec = recover(directory, 0, 1)
     for _ in rec:
         pass

@@ -16,7 +16,7 @@ policy.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable, Tuple
+from typing import Any, Callable, Iterable, Protocol, Sequence, Tuple, TypeVar
 
 import gevent
 
@@ -27,7 +27,13 @@ MIB = 1024 * 1024
 DEFAULT_MIN_BYTES = 64 * MIB
 DEFAULT_FACTOR = 2.0
 
-Runner = Callable[..., Any]
+_T = TypeVar("_T")
+
+
+class Runner(Protocol):
+    """``run(func, *args)``: ``func(*args)``, wherever it runs (the writer's threadpool)."""
+
+    def __call__(self, func: Callable[..., _T], *args: Any) -> _T: ...
 
 
 def should_compact(log_bytes: int, snapshot_bytes: int, min_bytes: int = DEFAULT_MIN_BYTES,
@@ -42,13 +48,13 @@ def should_compact(log_bytes: int, snapshot_bytes: int, min_bytes: int = DEFAULT
     return log_bytes > max(min_bytes, factor * snapshot_bytes)
 
 
-def _direct(func: Callable[..., Any], *args: Any) -> Any:
+def _direct(func: Callable[..., _T], *args: Any) -> _T:
     return func(*args)
 
 
-def write_snapshot(directory: str, shard: int, shards: int, seq: int, records: Iterable[Any],
+def write_snapshot(directory: str, shard: int, shards: int, seq: int, records: Iterable[Sequence[Any]],
                    created_us: int, run: Runner = _direct, chunk_records: int = 1000,
-                   pause: Callable[[], Any] = gevent.sleep) -> Tuple[str, int, int]:
+                   pause: Callable[[], object] = gevent.sleep) -> Tuple[str, int, int]:
     """Write ``records`` as snapshot ``seq`` under its temporary name, fsynced.
 
     Records are encoded ``chunk_records`` at a time, each chunk written by

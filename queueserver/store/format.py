@@ -25,8 +25,9 @@ version, or another shard's file.
 """
 from __future__ import annotations
 
+import mmap
 import struct
-from typing import Any, Iterator, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Generator, NamedTuple, Optional, Sequence, Tuple, Union
 
 import msgpack
 import xxhash
@@ -52,7 +53,8 @@ VERSION_UNKNOWN = "version"
 OTHER_SHARD = "shard"
 NOT_A_LOG = "header"       # no magic, or a damaged header
 
-Buffer = Union[bytes, bytearray, memoryview]
+#: What a segment is read from: a file's bytes, or its map (recovery scans an mmap).
+Buffer = Union[bytes, bytearray, memoryview, mmap.mmap]
 
 _packer = msgpack.Packer(use_bin_type=True)
 
@@ -91,7 +93,7 @@ def length_check(length: int) -> int:
 
 def encode_record(record: Sequence[Any]) -> bytes:
     """One frame: length, checksum, msgpack body (bytes stay bytes, str stays str)."""
-    body = _packer.pack(record)
+    body: bytes = _packer.pack(record)
     length = len(body)
     if length > MAX_RECORD:
         raise ValueError(f"record of {length} bytes exceeds the log's limit of {MAX_RECORD}")
@@ -99,7 +101,8 @@ def encode_record(record: Sequence[Any]) -> bytes:
 
 
 def decode_body(body: Buffer) -> Any:
-    """Records come back as tuples (msgpack arrays, nested ones too)."""
+    """Records come back as tuples (msgpack arrays, nested ones too); what a
+    log holds is whatever was written to it (Any: checked by its reader)."""
     return msgpack.unpackb(body, raw=False, use_list=False, strict_map_key=False)
 
 
@@ -198,7 +201,7 @@ class Scan:
         self.end = 0
         self.records = 0
 
-    def __iter__(self) -> Iterator[Tuple[int, Any]]:
+    def __iter__(self) -> Generator[Tuple[int, Any], None, None]:
         buf = memoryview(self._buf)
         try:
             self.header, self.stop = read_header(buf)

@@ -163,10 +163,7 @@ class Recovery:
         self._remove_leftovers()
         segments = self._headers(list_segments(self.directory))
         for index, (seq, path, header) in enumerate(segments):
-            last = index == len(segments) - 1
-            if header is None:  # a torn header: only the newest segment may have one
-                continue
-            yield from self._replay(seq, path, header, last)
+            yield from self._replay(seq, path, header, index == len(segments) - 1)
         self.seconds = time.perf_counter() - started
         self.done = True
         log.info("shard %d: replayed %d records (%d bytes, %d segments) from %s in %.3f s",
@@ -181,9 +178,10 @@ class Recovery:
             log.info("%s: removing an unfinished segment or snapshot", path)
         remove_segments(self.directory, leftovers)
 
-    def _headers(self, segments: List[Tuple[int, str]]) -> List[Tuple[int, str, Optional[F.Header]]]:
-        """Check every header first, and drop what the newest snapshot made obsolete."""
-        checked: List[Tuple[int, str, Optional[F.Header]]] = []
+    def _headers(self, segments: List[Tuple[int, str]]) -> List[Tuple[int, str, F.Header]]:
+        """Check every header first, and drop what the newest snapshot made obsolete
+        (a torn header, only the newest segment's, is removed)."""
+        checked: List[Tuple[int, str, F.Header]] = []
         for index, (seq, path) in enumerate(segments):
             with open(path, "rb") as f:
                 head = f.read(F.HEADER_SIZE)
@@ -200,6 +198,7 @@ class Recovery:
                     remove_segments(self.directory, [path])
                     continue
                 raise _refuse(path, stop)
+            assert header is not None   # read_header gives a header or a stop
             checked.append((seq, path, header))
         if checked:
             self.max_seq = checked[-1][0]
@@ -228,6 +227,7 @@ class Recovery:
                 finally:
                     records.close()  # releases its view of the map before the map closes
         stop = scan.stop
+        assert stop is not None   # set when the scan ends
         if stop.kind == F.END:
             self.files[seq] = (size, header.base)
             self.bytes += size

@@ -31,7 +31,8 @@ import logging
 import os
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import (TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, List, Optional, Sequence, Tuple,
+                    TypedDict, TypeVar, Union, final)
 
 import gevent
 from gevent.event import AsyncResult, Event
@@ -43,14 +44,30 @@ from .segments import Recovery, create_segment, remove_segments, segment_name
 from ..metrics import FSYNC_BUCKETS
 from ..metrics.histogram import Histogram
 
+if TYPE_CHECKING:
+    from gevent.threadpool import ThreadPool
+
 log = logging.getLogger("queueserver.store")
 
 POLICIES = ("always", "interval", "never")
 MIB = 1024 * 1024
 
 Callback = Callable[[Optional[StoreError]], None]
+_T = TypeVar("_T")
+#: A pool thread's outcome: ``(result, None)``, or ``(None, the OSError)``.
+Outcome = Union[Tuple[_T, None], Tuple[None, OSError]]
 
 
+class CompactionStats(TypedDict):
+    """What :meth:`AppendLog.finish_compaction` did."""
+    snapshot: str     # its path
+    records: int
+    bytes: int
+    freed: int        # bytes of history removed
+    seconds: float
+
+
+@final
 class _Chunk:
     """Encoded records waiting to be written (or, under ``interval``, to be fsynced).
 
@@ -66,6 +83,7 @@ class _Chunk:
         self.sealed = False
 
 
+@final
 class _Rotate:
     """A cut in the pending records: what follows goes to segment ``seq``."""
 
@@ -87,7 +105,7 @@ class _Segment:
         self.unsynced: List[_Chunk] = []   # written since the last fsync (interval)
 
 
-def _catching(func: Callable[..., Any], *args: Any) -> Tuple[Any, Optional[OSError]]:
+def _catching(func: Callable[..., _T], *args: Any) -> Outcome[_T]:
     """Run in a pool thread: an OSError comes back as a value, not a printed traceback."""
     try:
         return func(*args), None
@@ -95,14 +113,14 @@ def _catching(func: Callable[..., Any], *args: Any) -> Tuple[Any, Optional[OSErr
         return None, err
 
 
-def _pwrite_all(fd: int, data: Any, offset: int) -> None:
+def _pwrite_all(fd: int, data: bytearray, offset: int) -> None:
     with memoryview(data) as view:
         done, size = 0, len(view)
         while done < size:
             done += os.pwrite(fd, view[done:], offset + done)
 
 
-def _pwrite_sync(fd: int, data: Any, offset: int) -> float:
+def _pwrite_sync(fd: int, data: bytearray, offset: int) -> float:
     _pwrite_all(fd, data, offset)
     return _timed_fdatasync(fd)
 
@@ -120,7 +138,7 @@ class AppendLog:
     def __init__(self, recovery: Recovery, policy: str = "always", interval_ms: int = 1000,
                  segment_bytes: int = 64 * MIB, retry_ms: int = 1000,
                  compact_min_bytes: int = DEFAULT_MIN_BYTES, compact_factor: float = DEFAULT_FACTOR,
-                 threadpool: Any = None) -> None:
+                 threadpool: Optional[ThreadPool] = None) -> None:
         if policy not in POLICIES:
             raise ValueError(f"fsync policy {policy!r}: expected one of {', '.join(POLICIES)}")
         if not recovery.done:
@@ -141,7 +159,7 @@ class AppendLog:
         self._base_bytes = self._files.get(recovery.base_seq, 0)
         self._next_seq = recovery.max_seq + 1
         self._seg: Optional[_Segment] = None
-        self._pending: Deque[Any] = deque()     # _Chunk and _Rotate, in order
+        self._pending: Deque[Union[_Chunk, _Rotate]] = deque()   # in order
         self._cuts = 0                          # _Rotate entries pending
         self._waiters: Deque[Tuple[int, Callback]] = deque()
         self._appended = 0    # logical bytes: appended, written, known on disk
@@ -153,8 +171,8 @@ class AppendLog:
         self._wake = Event()
         self._retry_now = Event()
         self._retry_at = 0.0
-        self._flusher: Optional[gevent.Greenlet] = None
-        self._ticker: Optional[gevent.Greenlet] = None
+        self._flusher: Optional[gevent.Greenlet[[], None]] = None
+        self._ticker: Optional[gevent.Greenlet[[], None]] = None
         self._closing = False
         self._closed = False
         self._compacting = False
@@ -212,7 +230,7 @@ class AppendLog:
         frame = F.encode_record(record)
         pending = self._pending
         tail = pending[-1] if pending else None
-        if tail is None or tail.__class__ is not _Chunk or tail.sealed:
+        if tail is None or type(tail) is not _Chunk or tail.sealed:
             tail = _Chunk()
             pending.append(tail)
         tail.data += frame
@@ -241,7 +259,7 @@ class AppendLog:
 
     def sync(self) -> None:
         """Block this greenlet until :meth:`commit` would call back; raise its error."""
-        done = AsyncResult()
+        done: AsyncResult[None] = AsyncResult()
         self.commit(lambda err: done.set_exception(err) if err is not None else done.set(None))
         done.get()
 
@@ -251,7 +269,8 @@ class AppendLog:
         return not self._compacting and should_compact(
             self.disk_bytes(), self._base_bytes, self.compact_min_bytes, self.compact_factor)
 
-    def compact(self, snapshot_records: Iterable[Sequence[Any]], chunk_records: int = 1000) -> Dict[str, Any]:
+    def compact(self, snapshot_records: Iterable[Sequence[Any]],
+                chunk_records: int = 1000) -> CompactionStats:
         """Replace the history with a snapshot; blocks the calling greenlet only.
 
         ``snapshot_records`` must rebuild the state as of this call (every
@@ -297,7 +316,7 @@ class AppendLog:
         self._compacting = False
 
     def finish_compaction(self, snap_seq: int, tmp: str, size: int, count: int,
-                          started: float) -> Dict[str, Any]:
+                          started: float) -> CompactionStats:
         """Install a written snapshot and drop the history it replaces."""
         path = os.path.join(self.directory, segment_name(snap_seq))
         try:
@@ -332,6 +351,7 @@ class AppendLog:
         return sum(self._files.values()) + live
 
     def stats(self) -> Dict[str, Any]:
+        """A report (msgpack to the control socket; the shard adds its own keys)."""
         return {
             "policy": self.policy,
             "appended_records": self.appended_records,
@@ -351,15 +371,17 @@ class AppendLog:
         }
 
     # ---------------------------------------------------------------- flusher
-    def _run(self, func: Callable[..., Any], *args: Any) -> Tuple[Any, Optional[OSError]]:
+    def _run(self, func: Callable[..., _T], *args: Any) -> Outcome[_T]:
         """Run blocking file work in the threadpool: the event loop keeps serving."""
-        return self._pool.apply(_catching, (func,) + args)
+        pool = self._pool
+        assert pool is not None   # set by start()
+        return pool.apply(_catching, (func,) + args)
 
-    def _run_raising(self, func: Callable[..., Any], *args: Any) -> Any:
-        result, err = self._run(func, *args)
-        if err is not None:
-            raise err
-        return result
+    def _run_raising(self, func: Callable[..., _T], *args: Any) -> _T:
+        outcome = self._run(func, *args)
+        if outcome[1] is not None:
+            raise outcome[1]
+        return outcome[0]
 
     def _work_left(self) -> bool:
         return bool(self._pending) or self._repair is not None or self._sync_due
@@ -390,13 +412,16 @@ class AppendLog:
                     return
             else:
                 if wrote and self.error is not None:
-                    log.warning("%s: writing again; the log is healthy", self._seg.path)
+                    seg = self._seg
+                    assert seg is not None   # (a segment is open from start() on, here and below)
+                    log.warning("%s: writing again; the log is healthy", seg.path)
                     self.error = None
 
     def _step(self) -> bool:
         """One unit of file work, in order: repair, fsync, rotation, or a write;
         True when records reached the file."""
         seg = self._seg
+        assert seg is not None
         if self._repair is not None:
             self._run_raising(os.ftruncate, seg.fd, self._repair)
             self._repair = None
@@ -407,7 +432,7 @@ class AppendLog:
                 self._sync()
             return True
         head = self._pending[0]
-        if head.__class__ is _Rotate:
+        if type(head) is _Rotate:
             self._rotate(head.seq)
             self._pending.popleft()
             self._cuts -= 1
@@ -416,7 +441,8 @@ class AppendLog:
             self._rotate(self._next_seq)
             self._next_seq += 1
             return True
-        self._write(seg, self._pending.popleft())
+        self._pending.popleft()   # head
+        self._write(seg, head)
         return True
 
     def _write(self, seg: _Segment, chunk: _Chunk) -> None:
@@ -443,6 +469,7 @@ class AppendLog:
         self._written += size
         self.written_bytes += size
         if self.policy == "always":
+            assert took is not None   # written and fsynced: how long that took
             seg.synced = seg.size
             self._durable = self._written
             self._count_fsync(chunk.records)
@@ -456,6 +483,7 @@ class AppendLog:
     def _sync(self) -> None:
         """fsync the current segment; on failure write its unsynced part again."""
         seg = self._seg
+        assert seg is not None
         target = seg.size
         took, err = self._run(_timed_fdatasync, seg.fd)
         if err is not None:
@@ -473,6 +501,7 @@ class AppendLog:
             raise err
         seg.synced = target
         self._count_fsync(sum(chunk.records for chunk in seg.unsynced))
+        assert took is not None   # fsynced: how long that took
         self.fsync_seconds.observe(took)
         seg.unsynced = []
         self._durable = self._written
@@ -480,6 +509,7 @@ class AppendLog:
     def _rotate(self, seq: int) -> None:
         """Close the current segment (fsynced) and continue in a new one, ``seq``."""
         old = self._seg
+        assert old is not None
         if old.synced < old.size:
             self._sync()
         self._seg = self._run_raising(self._new_segment, seq)
@@ -517,6 +547,7 @@ class AppendLog:
     def _fail(self, err: OSError) -> None:
         """Tell every waiter; cut the file back at once if possible; retry later."""
         seg = self._seg
+        assert seg is not None
         self.write_errors += 1
         failed = WriteFailed(seg.path, err)
         if self.error is None:
@@ -534,7 +565,7 @@ class AppendLog:
 
     def _abandon(self) -> None:
         """Closing while the disk fails: what is pending is lost (and was never acknowledged)."""
-        lost = sum(item.records for item in self._pending if item.__class__ is _Chunk)
+        lost = sum(item.records for item in self._pending if type(item) is _Chunk)
         self._pending.clear()
         self._sync_due = False
         if lost:
@@ -544,6 +575,7 @@ class AppendLog:
         while True:
             gevent.sleep(self.interval)
             seg = self._seg
+            assert seg is not None
             if seg.synced < seg.size:
                 self._sync_due = True
                 self._wake.set()
