@@ -32,7 +32,7 @@ import math
 import os
 import tomllib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, TypeGuard, Union
 
 from .protocols import DEFAULT_PORTS
 
@@ -49,7 +49,7 @@ class ConfigError(ValueError):
 Value = Union[bool, int, float, str]
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     """A value as it would be written in TOML, for messages."""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -62,11 +62,11 @@ def _show(value: Any) -> str:
     return repr(value)
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_address(value: Any) -> bool:
+def _is_address(value: object) -> bool:
     if not isinstance(value, str):
         return False
     if value == "localhost":
@@ -79,8 +79,8 @@ def _is_address(value: Any) -> bool:
 
 
 #: kind -> (does a value fit, what the message says it must be); a value is
-#: parsed TOML or a flag, so any type may come (``Any``: checked here)
-KINDS: Dict[str, Tuple[Callable[[Any], bool], str]] = {
+#: parsed TOML or a flag, so it may be of any type
+KINDS: Dict[str, Tuple[Callable[[object], bool], str]] = {
     "int": (_is_int, "an integer"),
     "float": (lambda v: (_is_int(v) or isinstance(v, float)) and math.isfinite(v), "a number of {unit}"),
     "bool": (lambda v: isinstance(v, bool), "true or false"),
@@ -94,7 +94,7 @@ KINDS: Dict[str, Tuple[Callable[[Any], bool], str]] = {
     "fsync": (lambda v: isinstance(v, str) and v.lower() in FSYNC_POLICIES,
               f"one of {', '.join(FSYNC_POLICIES)}"),
 }
-#: kind -> how a fitting value is stored
+#: kind -> how a fitting value is stored (``Any``: one that fits the kind)
 CONVERT: Dict[str, Callable[[Any], Value]] = {"float": float, "level": str.lower, "fsync": str.lower}
 
 

@@ -32,8 +32,8 @@ class Histogram:
         scaled = [b / unit for b in self._seconds]
         self.bounds = tuple(int(round(b)) if unit < 1 else b for b in scaled)
         self.counts = [0] * (len(self.bounds) + 1)   # the last one: above every bound (+Inf)
-        # int µs in a shard, float seconds in the log writer: a float (int is
-        # one to mypy; compiled, the ints are converted, which changes no sum)
+        # float: int µs in a shard, float seconds in the log writer (compiled,
+        # the ints would be summed as floats: exact below 2**53 µs)
         self.sum: float = 0
 
     def observe(self, value: float) -> None:
