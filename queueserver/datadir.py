@@ -23,7 +23,7 @@ import logging
 import os
 import pwd
 import stat
-from typing import Optional
+from typing import Optional, TypedDict, cast
 
 from .dirlock import DirectoryBusy, lock_directory
 from .reshard import finish_interrupted, reshard
@@ -36,6 +36,13 @@ log = logging.getLogger("queueserver.supervisor")
 LAYOUT_FILE = "layout.json"
 LAYOUT_FORMAT = 1
 HASH_RULE = "xxh64(name) % shards"
+
+
+class Layout(TypedDict):
+    """``layout.json``, as :func:`read_layout` checked it."""
+    format: int
+    shards: int
+    hash: str
 
 
 class LayoutError(Exception):
@@ -129,7 +136,7 @@ def check_shard_files(data_dir: str, shards: int, history: bool = True) -> None:
                 raise _unusable(data_dir, path, err) from None
 
 
-def read_layout(data_dir: str) -> Optional[dict]:
+def read_layout(data_dir: str) -> Optional[Layout]:
     path = os.path.join(data_dir, LAYOUT_FILE)
     try:
         with open(path) as f:
@@ -143,7 +150,7 @@ def read_layout(data_dir: str) -> Optional[dict]:
         raise LayoutError(f"{path} is not a layout this version understands "
                           f"(format {LAYOUT_FORMAT}, hash {HASH_RULE!r}); was it written by a newer "
                           f"queueserver?")
-    return layout
+    return cast(Layout, layout)   # checked just above
 
 
 def settle_layout(data_dir: str, shards: int, shards_given: bool) -> int:
