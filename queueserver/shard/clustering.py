@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import gevent
 from gevent import socket
 
 from ..cluster.clusterfile import ClusterSpec, ShardSpec
 from ..cluster.slots import SLOTS, initial_owners, slot_of, to_ranges
+from ..engine import Engine
 from ..engine.ownership import MOVING, SERVING, OutgoingMove
 from ..engine.status import MOVED, SERVER_ERROR, Reply
 from ..net import linkauth
@@ -35,6 +36,9 @@ HANDSHAKE_TIMEOUT = 5.0
 MAX_HANDSHAKES = 64      # connections proving themselves at once; more are closed unanswered
 
 Send = Callable[[Reply], None]
+#: what :meth:`ShardInCluster.verdict` says of a request: None (serve it), a
+#: reply (MOVED: answer that), or the move it must wait for
+Verdict = Union[None, Reply, OutgoingMove]
 
 
 class ShardInCluster:
@@ -46,9 +50,9 @@ class ShardInCluster:
                     if spec.tls is not None else None)
         #: epoch -> how to answer each request waiting for that move to end
         self.held: Dict[int, List[Send]] = {}
-        self._timers: Dict[int, gevent.Greenlet] = {}
+        self._timers: Dict[int, gevent.Greenlet[[int], None]] = {}
         self.refused = 0
-        self._listener = None
+        self._listener: Optional[socket.socket] = None
         self._handshakes = 0
         self._crowd_logged = 0.0
 
@@ -79,9 +83,10 @@ class ShardInCluster:
                                 f"link_port and host of node {self.me.node} in {self.spec.path})") from None
         self._listener = listener
 
-    def listen(self, serve_channel: Callable[[Any], None]) -> None:
+    def listen(self, serve_channel: Callable[[socket.socket], None]) -> None:
         """Accept links on this shard's TCP port until killed."""
         listener = self._listener
+        assert listener is not None   # bound before serving
         log.info("shard %s (ordinal %d) takes links on %s:%d%s", self.me.name, self.me.ordinal,
                  self.me.host, self.me.port, " with TLS" if self.tls is not None else "")
         while True:
@@ -97,7 +102,7 @@ class ShardInCluster:
                 continue
             gevent.spawn(self._admit, sock, f"{peer[0]}:{peer[1]}", serve_channel)
 
-    def _admit(self, sock, peer: str, serve_channel: Callable[[Any], None]) -> None:
+    def _admit(self, sock: socket.socket, peer: str, serve_channel: Callable[[socket.socket], None]) -> None:
         self._handshakes += 1
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -120,9 +125,11 @@ class ShardInCluster:
         serve_channel(sock)
 
     # -------------------------------------------------------------- verdicts
-    def verdict(self, engine, args: Any, slots: Any) -> Any:
-        """None: serve it. A reply: answer that (MOVED). A move: wait for it."""
+    def verdict(self, engine: Engine, args: Any, slots: Any) -> Verdict:
+        """None: serve it. A reply: answer that (MOVED). A move: wait for it.
+        ``args`` and ``slots`` (a slot, or a list of them) as the frame had them."""
         table = engine.slots
+        assert table is not None   # a cluster's shard serves once it holds its slots
         if slots is not None:
             state = table.state
             for slot in (slots if slots.__class__ is list else (slots,)):

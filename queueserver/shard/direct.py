@@ -12,19 +12,30 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
 from gevent import socket
 
+from ..engine.requests import AddRequest
 from ..engine.status import Reply
 from ..engine.views import undo_delivery
 from ..net.connection import MUST_MOVE, SERVE, ClientConnection
 from ..net.handoff import Gone, HandoffChannel, Move
 from ..net.hangups import HangupWatch
 from ..protocols import codec_class
-from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command
+from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command, StreamCodec
+
+if TYPE_CHECKING:
+    from .shard import Shard
 
 log = logging.getLogger("queueserver.shard")
+
+#: A parked request's name in the engine: ``(channel id, request id)`` for a
+#: router's, ``(-connection id, n)`` for one of a connection served here.
+Token = Tuple[int, int]
+#: A connection served here; True once it holds leases that end with it.
+Connection = ClientConnection[Token, bool]
+
 
 class DirectServer:
     """Serves moved connections on ``shard`` (a :class:`~.shard.Shard`)."""
@@ -32,12 +43,12 @@ class DirectServer:
     max_outstanding_bytes = 8 * 1048576   # the router's limits come with each connection
     max_payload = 1048576
 
-    def __init__(self, shard) -> None:
+    def __init__(self, shard: "Shard") -> None:
         self.shard = shard
         self.engine = shard.engine
         self.hangups = HangupWatch()
         self.clients = 0
-        self._callbacks: Dict[Any, Callable[[Reply], None]] = {}   # parked requests
+        self._callbacks: Dict[Token, Callable[[Reply], None]] = {}   # parked requests
         self._ids = itertools.count(1)
         self._requests = itertools.count(1)
         #: connection id -> (the handoff socket it came by, its router's index, its codec options)
@@ -51,9 +62,10 @@ class DirectServer:
         a job handed to a client that is gone comes back (see
         :mod:`queueserver.net.connection`)."""
         sock = socket.socket(fileno=fd)
-        codec = codec_class(move.protocol)(**move.options)
+        codec: StreamCodec = codec_class(move.protocol)(**move.options)
         codec.restore(move.state)
-        connection = ClientConnection(self, sock, codec, move.protocol, None, move.limits, move.origin)
+        connection: Connection = ClientConnection(self, sock, codec, move.protocol, None, move.limits,
+                                                  move.origin)
         connection.moves = move.moves
         self._homes[connection.id] = (channel, move.router, move.options)
         self.clients += 1
@@ -63,7 +75,7 @@ class DirectServer:
         return next(self._ids)
 
     # ------------------------------------------------------------- serving
-    def placement(self, connection: ClientConnection, command: Command) -> int:
+    def placement(self, connection: Connection, command: Command) -> int:
         return SERVE if self._local(command) else MUST_MOVE
 
     def _local(self, command: Command) -> bool:
@@ -79,10 +91,12 @@ class DirectServer:
             return shard.makes(key)
         return False
 
-    def execute(self, connection: ClientConnection, command: Command,
-                callback: Callable[[Reply], None]) -> Optional[Any]:
-        args = command.args
+    def execute(self, connection: Connection, command: Command,
+                callback: Callable[[Reply], None]) -> Optional[Token]:
+        args, op = command.args, command.op
+        assert op is not None   # a command that is executed has one (a LOCAL one has none)
         if command.new_id == SERVER_ID:
+            assert isinstance(args, AddRequest)   # only an add leaves its id to the server
             args = args._replace(id=self.shard.new_id())
         elif command.op == "lease" and connection.codec.leases_end_with_connection:
             args = (*args, connection.id)
@@ -92,14 +106,14 @@ class DirectServer:
         if self.shard.history is not None:
             home = self._homes.get(connection.id)
             context = (connection.protocol, f"{home[1] if home else 'd'}-{connection.origin}")
-        reply = self.shard.execute(command.op, args, token, context)
+        reply = self.shard.execute(op, args, token, context)
         if reply is None:
             self._callbacks[token] = callback
             return token
         self.shard.answer(callback, reply)
         return None
 
-    def deliver(self, token: Any, reply: Reply) -> None:
+    def deliver(self, token: Token, reply: Reply) -> None:
         """An answer the engine produced later (a parked request's)."""
         callback = self._callbacks.pop(token, None)
         if callback is not None:
@@ -109,7 +123,7 @@ class DirectServer:
         self.shard.schedule_after_batch()
 
     # ------------------------------------------------------------- leaving
-    def withdraw(self, token: Any) -> None:
+    def withdraw(self, token: Token) -> None:
         """The client left: the engine answers the parked request at once."""
         self.shard.execute("cancel", (token,))
         self.shard.schedule_after_batch()
@@ -120,18 +134,20 @@ class DirectServer:
 
     def abandoned(self, command: Command, reply: Reply) -> None:
         """An answer reached a client that had left: give back the job."""
+        if command.op is None:   # answered by its codec: it delivered nothing
+            return
         undo = undo_delivery(command.op, reply)
         if undo is not None:
             self.shard.execute(undo[0], undo[1])
             self.shard.schedule_after_batch()
 
-    def connection_closed(self, connection: ClientConnection) -> None:
+    def connection_closed(self, connection: Connection) -> None:
         if connection.owned:
             self.shard.execute("disown", ((-connection.id, connection.id),))
             connection.owned = None
             self.shard.schedule_after_batch()
 
-    def client_left(self, connection: ClientConnection) -> None:
+    def client_left(self, connection: Connection) -> None:
         self.clients -= 1
         home = self._homes.pop(connection.id, None)
         if home is not None:
@@ -141,7 +157,7 @@ class DirectServer:
                 log.debug("could not tell router %d that connection %d left: %s", home[1],
                           connection.origin, err)
 
-    def move(self, connection: ClientConnection, command: Command, unread: bytes, state: dict) -> bool:
+    def move(self, connection: Connection, command: Command, unread: bytes, state: Dict[str, Any]) -> bool:
         """Hand ``connection`` back to its router, from ``command`` on."""
         home = self._homes.pop(connection.id, None)
         self.clients -= 1

@@ -24,7 +24,7 @@ import logging
 import os
 import time
 from collections import deque
-from typing import Callable, Deque, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Optional, Tuple
 
 import gevent
 import msgpack
@@ -51,6 +51,10 @@ def _no_pause() -> None:
 class Durability:
     """The log of one shard, and the answers waiting for it."""
 
+    #: the log, open once :meth:`recover` has replayed it (unset until then:
+    #: a durable shard recovers before it serves, and nothing is logged before)
+    wal: AppendLog
+
     def __init__(self, directory: str, shard: int, shards: int, fsync: str = "always",
                  fsync_interval_ms: float = 1000.0, compact_after_bytes: int = 64 << 20) -> None:
         self.directory = directory
@@ -59,7 +63,7 @@ class Durability:
         self.fsync = fsync
         self.fsync_interval_ms = fsync_interval_ms
         self.compact_after_bytes = compact_after_bytes
-        self.wal: Optional[AppendLog] = None
+        self.recovered = False   # whether the log is open (``wal`` set)
         self.appended = 0      # events given to the log
         self._committed = 0    # events a commit has been asked for
         self._durable = 0      # events the log has confirmed
@@ -74,6 +78,7 @@ class Durability:
         engine.replay(recovery)
         self.wal = AppendLog(recovery, policy=self.fsync, interval_ms=int(self.fsync_interval_ms),
                              compact_min_bytes=self.compact_after_bytes).start()
+        self.recovered = True
         return recovery.records, recovery.seconds
 
     # ------------------------------------------------------------- writing
@@ -130,8 +135,10 @@ class Durability:
     # ---------------------------------------------------------- compaction
     def maybe_compact(self, engine: Engine) -> None:
         """When history dominates the log, rewrite it as the live state."""
+        if not self.recovered:
+            return
         wal = self.wal
-        if wal is None or not wal.needs_compaction():
+        if not wal.needs_compaction():
             return
         started = time.perf_counter()
         seq = wal.begin_compaction()
@@ -183,12 +190,12 @@ class Durability:
                  "the shard paused %.1f ms to fork", self.shard, count, size, stats["freed"],
                  stats["seconds"], paused * 1000)
 
-    def stats(self) -> dict:
-        info = self.wal.stats() if self.wal is not None else {}
+    def stats(self) -> Dict[str, Any]:
+        info = self.wal.stats() if self.recovered else {}
         info["held-answers"] = len(self._held)
         info["worst-compaction-pause-ms"] = round(self.worst_pause * 1000, 1)
         return info
 
     def close(self) -> None:
-        if self.wal is not None:
+        if self.recovered:
             self.wal.close()

@@ -55,7 +55,9 @@ log = logging.getLogger("queueserver.shard")
 
 SCHEMA_VERSION = 2
 
-Context = Optional[Tuple[str, str]]   # (protocol, connection) of the client behind a request
+#: (protocol, connection) of the client behind a request: a tuple, or a list
+#: once it crossed a router's link (as :data:`queueserver.router.shardlink.Context`)
+Context = Optional[Sequence[str]]
 
 
 #: The fields of a version-2 line, by position (a version-1 line names them and adds ``outcome``).
@@ -76,6 +78,8 @@ def decode(line: Union[str, bytes]) -> Dict[str, Any]:
         record = dict(zip(FIELDS, value))
         record["outcome"] = record.get("event") if record.get("event") in _FINAL else None
         return record
+    if not isinstance(value, dict):
+        raise ValueError(f"not a history line: {line!r}")
     return value
 
 
@@ -149,7 +153,7 @@ class HistoryWriter:
 
     def _existing(self) -> List[Segment]:
         """The segments earlier runs left, oldest first."""
-        found = []
+        found: List[Tuple[Tuple[int, int], Segment]] = []
         for entry in os.scandir(self.directory):
             match = SEGMENT_NAME.match(entry.name)
             if match and entry.is_file(follow_symlinks=False):
@@ -220,13 +224,15 @@ class HistoryWriter:
                 return
             if self._file is None:
                 self._open()
-            gevent.get_hub().threadpool.apply(write_all, (self._file, data))
-            self._current.size += len(data)
-            self._current.mtime = time.time()
+            file, current = self._file, self._current
+            assert file is not None and current is not None   # open together
+            gevent.get_hub().threadpool.apply(write_all, (file, data))
+            current.size += len(data)
+            current.mtime = time.time()
             self.records += data.count(b"\n")
         except OSError as err:
             self.write_errors += 1
-            if self._file is not None:   # a write cut short counts what reached the file
+            if self._file is not None and self._current is not None:   # a write cut short counts what reached the file
                 self._current.size = os.fstat(self._file).st_size
             log.error("shard %d: history write failed (%s); %d bytes of history dropped",
                       self.shard, err, len(data))
@@ -240,10 +246,12 @@ class HistoryWriter:
         self._file_started = time.monotonic()
 
     def _close_current(self) -> None:
-        os.close(self._file)
+        file, current = self._file, self._current
+        assert file is not None and current is not None   # open together
+        os.close(file)
         self._file = None
-        self._closed.append(self._current)
-        self._closed_bytes += self._current.size
+        self._closed.append(current)
+        self._closed_bytes += current.size
         self._current = None
 
     # ------------------------------------------------------------- retention
@@ -271,7 +279,8 @@ class HistoryWriter:
     def _drop(self, drops: List[Tuple[Segment, str]]) -> None:
         """Remove ``drops`` (in the threadpool: a checkpoint to read, files to
         unlink) and say so, one line per segment."""
-        done = gevent.get_hub().threadpool.apply(_remove, (drops, self.checkpoint))
+        done: List[Tuple[Segment, str, bool, str, Optional[OSError]]] = gevent.get_hub().threadpool.apply(
+            _remove, (drops, self.checkpoint))
         for segment, reason, unread, note, error in done:
             name = os.path.basename(segment.path)
             if error is not None:
@@ -302,7 +311,7 @@ def _remove(drops: List[Tuple[Segment, str]], checkpoint: Optional[str]
     """Unlink each segment, and tell whether ``checkpoint`` had read all of it:
     ``(segment, reason, unread, what the checkpoint says, error)``."""
     consumed, problem = _read_checkpoint(checkpoint) if checkpoint is not None else ({}, None)
-    out = []
+    out: List[Tuple[Segment, str, bool, str, Optional[OSError]]] = []
     for segment, reason in drops:
         if checkpoint is None:
             unread, note = False, "no [history] checkpoint to tell whether queueserver history read it"

@@ -29,7 +29,7 @@ import logging
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set
 
-from ..engine.status import NOT_FOUND
+from ..engine.status import NOT_FOUND, Reply
 from ..router.directory import SHARED, JobDirectory
 
 log = logging.getLogger("queueserver.shard")
@@ -44,7 +44,7 @@ class IdHome:
     request to another shard (``exists``, ``homed``)."""
 
     def __init__(self, index: int, holds: Callable[[str], bool],
-                 ask: Callable[[int, str, list, Callable[[Any], None]], None]) -> None:
+                 ask: Callable[[int, str, List[Any], Callable[[Reply], None]], None]) -> None:
         self.index = index
         self._holds = holds
         self._ask = ask
@@ -138,7 +138,7 @@ class IdHome:
         left = [len(shards)]
         found = [False]
 
-        def answer(reply: Any) -> None:
+        def answer(reply: Reply) -> None:
             left[0] -= 1
             if reply[0] != NOT_FOUND:   # an error may hide the job: never grant on a guess
                 found[0] = True

@@ -18,13 +18,14 @@ account of its slots shows).
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import gevent
 
 from ..cluster.slots import slot_of
 from ..engine.status import CLIENT_ERROR, MOVED, NOT_FOUND, OK, SERVER_ERROR, Reply
-from ..router.shardlink import Address, ShardLink
+from ..router.shardlink import Address, Auth, ShardLink
 from ..router.slotmap import SlotMap
 from ..sharding import shard_for
 
@@ -39,6 +40,8 @@ RETRY_DELAY = 0.005      # seconds before ids go again after a MOVED (doubling e
 Verdict = Callable[[Reply], None]
 GRANTED: Reply = [OK, None]
 DUPLICATE: Reply = [CLIENT_ERROR, "Duplicate job"]
+#: an id its home's answer left out (never, from a home that keeps the protocol)
+UNANSWERED: Reply = [SERVER_ERROR, "No answer from the id's home"]
 Results = Callable[[List[Reply]], None]
 #: ``local(op, ids, results)``: a batch whose home is this very shard
 Local = Callable[[str, List[str], Results], None]
@@ -49,7 +52,7 @@ class Peers:
     ``slots``: in a cluster, the map of which shard serves each slot."""
 
     def __init__(self, index: int, addresses: Sequence[Address], on_up: Callable[[int], None],
-                 local: Local, auth: Optional[Tuple[bytes, Any]] = None,
+                 local: Local, auth: Optional[Auth] = None,
                  slots: Optional[SlotMap] = None, grow: Callable[[], None] = lambda: None) -> None:
         self.index = index
         self.count = len(addresses)
@@ -65,7 +68,7 @@ class Peers:
         self._forgets: Dict[int, List[str]] = {}
         self._scheduled = False
         #: shard -> requests waiting for its link to come up (at start, or after it restarted)
-        self._waiting: Dict[int, List[Callable[[], None]]] = {}
+        self._waiting: Dict[int, List[Callable[[], object]]] = {}
 
     def add(self, ordinal: int, address: Address) -> None:
         """A link to shard ``ordinal`` (none to itself, nor to one with no address)."""
@@ -94,7 +97,7 @@ class Peers:
         """Say at their homes that the jobs ``ids`` live here now (moved in)."""
         self.route("register", ids, done)
 
-    def ask(self, shard: int, op: str, args: list, callback: Callable[[Reply], None]) -> None:
+    def ask(self, shard: int, op: str, args: List[Any], callback: Callable[[Reply], None]) -> None:
         link = self.links.get(shard)
         if link is None:
             callback([NOT_FOUND, ""])   # no such shard (any more): it holds nothing
@@ -125,7 +128,7 @@ class Peers:
     def route(self, op: str, ids: List[str], results: Results, attempt: int = 0) -> None:
         """``op`` for each id at its home (one frame per home); ``results``
         once, with each id's reply in order."""
-        out: List[Reply] = [None] * len(ids)   # type: ignore[list-item]
+        out: List[Reply] = [UNANSWERED] * len(ids)
         groups: Dict[int, List[int]] = {}
         for position, id in enumerate(ids):
             groups.setdefault(self.home_of(id), []).append(position)
@@ -140,8 +143,7 @@ class Peers:
 
         for home, positions in groups.items():
             part = [ids[p] for p in positions]
-            self._send(home, op, part, lambda replies, positions=positions: done(positions, replies),
-                       attempt)
+            self._send(home, op, part, partial(done, positions), attempt)
 
     def _send(self, home: int, op: str, ids: List[str], done: Results, attempt: int) -> None:
         if home == self.index:
@@ -165,7 +167,7 @@ class Peers:
 
         self._when_up(link, lambda: link.call(op, [self.index, ids], answered, slots))
 
-    def _moved(self, where: list, again: Callable[[], None], attempt: int) -> None:
+    def _moved(self, where: List[Any], again: Callable[[], None], attempt: int) -> None:
         """A home gave a slot away: learn its owner (from the hint, or from
         every shard), then ``again()``."""
         slot, target, epoch = where
@@ -175,7 +177,7 @@ class Peers:
             return
         self.refresh(lambda: gevent.spawn_later(RETRY_DELAY * (1 << attempt), again))
 
-    def refresh(self, then: Callable[[], None]) -> None:
+    def refresh(self, then: Callable[[], object]) -> None:
         """Ask every shard which slots it serves, then ``then()``."""
         links = list(self.links.values())
         left = [len(links)]
@@ -191,9 +193,9 @@ class Peers:
                 then()
 
         for link in links:
-            link.call("slots", [], lambda reply, link=link: answered(link, reply))
+            link.call("slots", [], partial(answered, link))
 
-    def _when_up(self, link: ShardLink, send: Callable[[], None]) -> None:
+    def _when_up(self, link: ShardLink, send: Callable[[], object]) -> None:
         """``send()`` now, or once the link is up (a shard starting, or
         restarting); if it is not up within :data:`LINK_WAIT`, then anyway
         (the link answers with its error)."""
@@ -211,7 +213,7 @@ class Peers:
             send()
 
     # ------------------------------------------------------------ the links
-    def learn(self, shard: int, served: list, hints: list = ()) -> None:
+    def learn(self, shard: int, served: Sequence[Sequence[int]], hints: Sequence[Sequence[int]] = ()) -> None:
         """A shard's account of its slots (its hello, or this shard's own)."""
         if self.slots is not None:
             self.slots.served(shard, served)

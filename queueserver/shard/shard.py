@@ -29,7 +29,7 @@ import sys
 import time
 import uuid
 from functools import partial
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypedDict
 
 import gevent
 from gevent import socket
@@ -38,6 +38,7 @@ from gevent.pool import Group
 
 from ..engine import Engine
 from ..engine.effects import Effects
+from ..engine.ownership import OutgoingMove, SlotOwnership
 from ..engine.status import NOT_FOUND, OK, SERVER_ERROR, Reply
 from ..lifecycle import EXIT_REFUSED
 from ..store import StoreError
@@ -45,11 +46,11 @@ from .durability import Durability
 from .idhome import IdHome
 from .peers import DUPLICATE, GRANTED, Peers
 from ..router.shardlink import Address
+from .direct import DirectServer, Token
 from ..router.slotmap import SlotMap
 from .history import Context, HistoryWriter
 from ..net.channel import FrameChannel
 from ..net.handoff import HandoffChannel, handoff_path, listen_seqpacket
-from .direct import DirectServer
 from .stats import ShardStats
 from ..metrics.control import control_path, serve_control
 from .clustering import ShardInCluster
@@ -63,6 +64,12 @@ from ..lifecycle import die_with_supervisor, setup_logging, stop_event
 log = logging.getLogger("queueserver.shard")
 
 
+class Retention(TypedDict, total=False):
+    """How long a shard keeps its history files (see :class:`.history.HistoryWriter`)."""
+    max_bytes: Optional[int]
+    max_age: Optional[float]
+    checkpoint: Optional[str]
+
 
 def now_us() -> int:
     return time.time_ns() // 1000
@@ -74,7 +81,7 @@ class Shard:
                  data_dir: Optional[str] = None, fsync: str = "always",
                  fsync_interval: float = 1000.0, compact_after_bytes: int = 64 << 20,
                  history_dir: Optional[str] = None, cluster: Optional[ShardInCluster] = None,
-                 history_retention: Optional[dict] = None, numbers: Optional[str] = None) -> None:
+                 history_retention: Optional[Retention] = None, numbers: Optional[str] = None) -> None:
         #: in a cluster: its TCP links and its slots (None: one host)
         self.cluster = cluster
         if cluster is not None:   # known by its ordinal; numbers stride over any cluster's shards
@@ -86,16 +93,17 @@ class Shard:
         self.engine = Engine(shard=index, max_queues=max_queues,
                              queue_idle=int(queue_idle * 1_000_000) or None, shards=shards)
         self.channels: Dict[int, FrameChannel] = {}
-        self.router_clients: Dict[int, list] = {}   # channel -> [router index, clients]
+        #: channel -> [router key, its clients], as the router sent it
+        self.router_clients: Dict[int, List[Any]] = {}
         self.router_channels: Dict[int, int] = {}   # router index -> its channel
         #: what the engine's steps caused that is still to be carried out
-        self._later: list = []          # (token, reply) answers to parked requests
+        self._later: List[Tuple[Token, Reply]] = []   # answers to parked requests
         #: the registry of the job ids homed here, and the links to the other shards
         self.home = IdHome(index, self.engine.jobs.__contains__, self._ask_peer)
         self.peers: Optional[Peers] = None
         #: whether the id home waits (a while) for every other shard's job list before it answers
         self.await_peers = True
-        self._homed: Dict[int, list] = {}   # shard -> ids listed for it, page by page
+        self._homed: Dict[int, List[str]] = {}   # shard -> ids listed for it, page by page
         self._unchecked_logged = 0.0
         #: the shard's log, when it is durable (None: jobs live in memory only)
         self.durability: Optional[Durability] = None
@@ -104,7 +112,7 @@ class Shard:
                                          compact_after_bytes)
         #: the job history (None: not kept), and who is behind parked requests
         self.history: Optional[HistoryWriter] = None
-        self._contexts: Dict[object, Context] = {}
+        self._contexts: Dict[Token, Sequence[str]] = {}
         if history_dir is not None:
             self.history = HistoryWriter(history_dir, index, **(history_retention or {}))
             self.engine.history = True
@@ -128,7 +136,8 @@ class Shard:
     def now() -> int:
         return now_us()
 
-    def execute(self, op: str, args, token=None, context: Context = None) -> Optional[Reply]:
+    def execute(self, op: str, args: Sequence[Any], token: Optional[Token] = None,
+                context: Context = None) -> Optional[Reply]:
         """Run one request on the engine and take in its effects; its own
         reply, or None when it waits under ``token``. ``context``: the
         client's (protocol, connection), for the history."""
@@ -148,8 +157,8 @@ class Shard:
         reply = fx.reply
         if fx.placed and op in _NUMBERED and token is not None:
             reply = self._claim(fx.placed[0], token, reply)
-        if fx.history is not None:
-            if reply is None and context is not None:
+        if fx.history is not None and self.history is not None:   # (the engine's is on only then)
+            if reply is None and context is not None and token is not None:
                 self._contexts[token] = context   # parked: a lease may go to it later
             if fx.history:
                 self.history.record(fx.history, now, context, self._lessee(token, context))
@@ -162,7 +171,7 @@ class Shard:
             return self.peers.home_of(id)
         return shard_for(id, self.shards) if self.cluster is None else self.index
 
-    def _claim(self, id: str, token, reply: Optional[Reply]) -> Optional[Reply]:
+    def _claim(self, id: str, token: Token, reply: Optional[Reply]) -> Optional[Reply]:
         """A job was just made with ``id``: unless its home is sure no other
         job has it, hold the answer (``reply``; None for a ``run``, which
         waits anyway) until the home grants the id; if it refuses, the job
@@ -221,7 +230,7 @@ class Shard:
         for i, id in enumerate(ids):
             self.home.claim(id, self.index, partial(one, i))
 
-    def _ask_peer(self, shard: int, op: str, args: list, callback) -> None:
+    def _ask_peer(self, shard: int, op: str, args: List[Any], callback: Callable[[Reply], None]) -> None:
         if self.peers is None:
             callback([NOT_FOUND, ""])
         else:
@@ -248,24 +257,26 @@ class Shard:
         peers = Peers(self.index, addresses, self._peer_up, self._home_batch,
                       linkauth.client_credentials(spec.secret_file, spec.tls), SlotMap(spec.founders()),
                       self._more_peers)
-        summary = self.engine.slots.summary()
+        summary = self._slots().summary()
         peers.learn(self.index, summary["served"], summary["hints"])
         return peers
 
     def _more_peers(self) -> None:
         """Nodes appended to the cluster file since the start (``cluster
         add-node``): their shards are linked to, as they are to routers."""
+        cluster, peers = self.cluster, self.peers
+        assert cluster is not None and peers is not None   # the cluster's shards' links call this
         try:
-            spec = load_cluster(self.cluster.spec.path)
+            spec = load_cluster(cluster.spec.path)
         except ValueError as err:
             log.warning("shard %d: a shard is new, and the cluster file cannot be read: %s", self.index, err)
             return
         for shard in spec.shards():
-            if shard.ordinal not in self.peers.links and shard.ordinal != self.index and not any(
+            if shard.ordinal not in peers.links and shard.ordinal != self.index and not any(
                     node.removed for node in spec.nodes if node.name == shard.node):
                 log.info("shard %d: linking to shard %s (ordinal %d) of node %s", self.index, shard.name,
                          shard.ordinal, shard.node)
-                self.peers.add(shard.ordinal, (shard.host, shard.port))
+                peers.add(shard.ordinal, (shard.host, shard.port))
 
     def new_id(self) -> str:
         """A fresh job id at home here (a server-made id: its home is its job's shard)."""
@@ -282,8 +293,10 @@ class Shard:
 
     def _peer_up(self, shard: int) -> None:
         """A link to ``shard`` came up: it lists its jobs at home here, page by page."""
+        peers = self.peers
+        assert peers is not None   # its link calls this
         self.home.listing(shard)
-        ids: list = []
+        ids: List[str] = []
 
         def page(reply: Reply) -> None:
             if reply[0] != OK:   # gone again: it lists them when it is back
@@ -293,11 +306,11 @@ class Shard:
                 self.home.listed(shard, ids)
                 log.info("shard %d: shard %d has %d jobs with ids at home here", self.index, shard, len(ids))
             else:
-                self.peers.ask(shard, "homed", [self.index, reply[1]["next"]], page)
+                peers.ask(shard, "homed", [self.index, reply[1]["next"]], page)
 
-        self.peers.ask(shard, "homed", [self.index, 0], page)
+        peers.ask(shard, "homed", [self.index, 0], page)
 
-    def _home_op(self, channel: FrameChannel, req_id: int, op: str, args) -> None:
+    def _home_op(self, channel: FrameChannel, req_id: int, op: str, args: Any) -> None:
         """A request about ids homed here, or about this shard's jobs of another home."""
         send = partial(_send_reply, channel, req_id)
         if op == "register":   # jobs of another shard that moved there (a slot move)
@@ -305,7 +318,7 @@ class Shard:
             send([OK, [True] * len(args[1])])
         elif op == "claims":
             shard, ids = args
-            verdicts: list = [None] * len(ids)
+            verdicts: List[Optional[bool]] = [None] * len(ids)   # each set before they are sent
             left = [len(ids)]
 
             def one(i: int, granted: bool) -> None:
@@ -335,8 +348,10 @@ class Shard:
     def _take_numbers(self) -> Optional[Reply]:
         """A fresh block of job numbers, before a request that makes a job;
         the request's error when none can be had."""
+        blocks = self.blocks
+        assert blocks is not None   # the engine needs numbers only where blocks give them
         try:
-            self.engine.give_numbers(*self.blocks.take(self.engine.last_number))
+            self.engine.give_numbers(*blocks.take(self.engine.last_number))
         except (NumbersError, OSError) as err:
             now = time.monotonic()
             if now - self._numbers_refused > 10:
@@ -355,7 +370,8 @@ class Shard:
             return self.engine.has_number(number)
         return blocks.numbers.owner(number) == self.index
 
-    def _lessee(self, token, context: Context):
+    def _lessee(self, token: Optional[Token], context: Context) -> Callable[[Any], Context]:
+        """The context of the request a lease went to (by its token)."""
         contexts = self._contexts
         return lambda lessee: context if lessee == token else contexts.get(lessee)
 
@@ -368,7 +384,8 @@ class Shard:
         if fx.later:
             self._later += fx.later
         if fx.forgotten and self.peers is not None:
-            home_of, index, away = self.home_of, self.index, None
+            home_of, index = self.home_of, self.index
+            away: Optional[Dict[int, List[str]]] = None
             for id in fx.forgotten:
                 home = home_of(id)
                 if home != index:
@@ -395,9 +412,11 @@ class Shard:
         # Replaying makes objects by the million and frees none: the cycle
         # collector would only rescan them. Afterwards they are frozen out
         # of its sight (they are freed by reference counting as usual).
+        durability = self.durability
+        assert durability is not None   # only a durable shard recovers
         gc.disable()
         try:
-            records, _ = self.durability.recover(self.engine)
+            records, _ = durability.recover(self.engine)
         finally:
             gc.enable()
         gc.freeze()
@@ -407,9 +426,9 @@ class Shard:
         now = now_us()
         fx = self.engine.recovered(now)
         self._take(fx)
-        if fx.history:
+        if fx.history and self.history is not None:
             self.history.record(fx.history, now, None, self._contexts.get)
-        self.durability.commit()
+        durability.commit()
         log.info("shard %d recovered %d jobs in %d queues from %d log records in %.2f s",
                  self.index, len(self.engine.jobs), len(self.engine.queues), records,
                  time.monotonic() - started)
@@ -417,17 +436,26 @@ class Shard:
     def join_cluster(self) -> None:
         """A shard that never served in its cluster takes its starting slots
         (logged, so a restart never changes what it owns)."""
+        cluster = self.cluster
+        assert cluster is not None   # called in a cluster only
         if self.engine.slots is None:
-            self._take(self.engine.execute("claim", [self.cluster.initial_slots()], now_us()))
+            self._take(self.engine.execute("claim", [cluster.initial_slots()], now_us()))
             if self.durability is not None:
                 self.durability.commit()
-        log.info("shard %s serves %d of the cluster's slots", self.cluster.me.name,
-                 self.engine.slots.owned())
+        log.info("shard %s serves %d of the cluster's slots", cluster.me.name, self._slots().owned())
+
+    def _slots(self) -> SlotOwnership:
+        """The engine's slots: a cluster's shard has them once it joined (or recovered)."""
+        slots = self.engine.slots
+        assert slots is not None, "a cluster's shard serves once it holds its slots"
+        return slots
 
     def serves(self, name: str) -> bool:
         """Whether queue ``name`` is this shard's to serve now."""
         if self.cluster is not None:
-            return self.engine.slots.serving(slot_of(name))
+            slots = self.engine.slots
+            assert slots is not None   # a cluster's shard serves once it holds its slots
+            return slots.serving(slot_of(name))
         return shard_for(name, self.shards) == self.index
 
     # ---------------------------------------------------------------- serving
@@ -460,7 +488,7 @@ class Shard:
             sock, _ = listener.accept()
             self._tasks.spawn(self._serve_channel, sock)
 
-    def _serve_handoffs(self, listener) -> None:
+    def _serve_handoffs(self, listener: socket.socket) -> None:
         """Routers connect here to hand client connections over (the direct path)."""
         while True:
             sock, _ = listener.accept()
@@ -473,7 +501,7 @@ class Shard:
             self.direct.gone_router(channel)
             channel.close()
 
-    def _serve_channel(self, sock) -> None:
+    def _serve_channel(self, sock: socket.socket) -> None:
         cid = next(self._ids)
         channel = FrameChannel(sock)
         self.channels[cid] = channel
@@ -483,7 +511,7 @@ class Shard:
         cluster = self.cluster
         engine = self.engine
 
-        def handle(frame: list) -> None:
+        def handle(frame: Any) -> None:   # [request id, op, args, context?, slots?] (msgpack)
             req_id, op, args = frame[0], frame[1], frame[2]
             if req_id == 0:  # a control frame from a router (or, forget, another shard)
                 if op == "forget":  # jobs of another shard that left it, ids homed here
@@ -508,7 +536,7 @@ class Shard:
                 if slots is not None or op not in _HOME_OPS:
                     verdict = cluster.verdict(engine, args, slots)
                     if verdict is not None:
-                        if verdict.__class__ is list:
+                        if isinstance(verdict, list):
                             channel.send([req_id, verdict])
                         else:
                             cluster.hold(verdict, partial(_send_reply, channel, req_id))
@@ -555,18 +583,19 @@ class Shard:
             hello["slots"] = self.engine.slots.summary()
         channel.send([0, "hello", hello])
 
-    def _cluster_op(self, channel: FrameChannel, req_id: int, op: str, args) -> None:
+    def _cluster_op(self, channel: FrameChannel, req_id: int, op: str, args: Any) -> None:
         """A request of ``queueserver cluster`` (or a router asking for the map)."""
-        slots = self.engine.slots
+        slots = self._slots()
         if op == "slots":
             channel.send([req_id, [OK, {"shard": self.index, **slots.summary(),
                                         "jobs": len(self.engine.jobs)}]])
             return
         move = slots.moves.get(args[0]) if op == "move_done" else None
-        named = from_ranges(args[0]) if op in ("move_in", "move_out") else ()
+        named: Sequence[int] = from_ranges(args[0]) if op in ("move_in", "move_out") else ()
         fresh = op == "move_in" and any(slots.epochs[slot] < args[1] for slot in named)
         homes = args[4] if op == "move_in" and len(args) > 4 else None
         reply = self.execute(op, args[:4] if op == "move_in" else args)
+        assert reply is not None   # asked with no token: never parked
         if reply[0] == OK and op == "move_out" and (len(args) < 4 or args[3] == 0):
             # the ids homed in these slots go along with them (their home moves)
             reply[1]["homes"] = self.home.entries.export(set(named))
@@ -586,38 +615,39 @@ class Shard:
                 self.peers.slots.ranges_set(move.ranges, move.target, move.epoch)
         self._cluster_answer(channel, req_id, op, args, reply, fresh, named, move)
 
-    def _moved_in(self, channel: FrameChannel, req_id: int, op: str, args, reply: Reply, fresh: bool,
-                  named, registered: List[Reply]) -> None:
+    def _moved_in(self, channel: FrameChannel, req_id: int, op: str, args: Any, reply: Reply, fresh: bool,
+                  named: Sequence[int], registered: List[Reply]) -> None:
         failed = [r for r in registered if r[0] != OK]
         if failed:   # a home out of reach learns of them from this shard's list once it is back
             self._home_unreachable(-1, failed[0])
         self._cluster_answer(channel, req_id, op, args, reply, fresh, named, None)
 
-    def _cluster_answer(self, channel: FrameChannel, req_id: int, op: str, args, reply: Reply,
-                        fresh: bool, named, move) -> None:
-        slots = self.engine.slots
+    def _cluster_answer(self, channel: FrameChannel, req_id: int, op: str, args: Any, reply: Reply,
+                        fresh: bool, named: Sequence[int], move: Optional[OutgoingMove]) -> None:
+        slots, cluster = self._slots(), self.cluster
+        assert cluster is not None   # a cluster's request
         if reply[0] == OK:
             if fresh and (len(args) < 4 or args[3]):   # the last part: the slots are ours now
                 log.info("shard %s took %d slots (epoch %d), %d jobs in the last part",
-                         self.cluster.me.name, len(named), args[1], reply[1])
+                         cluster.me.name, len(named), args[1], reply[1])
                 self._broadcast([0, "owns", [self.index, args[0], args[1]]])
                 self.stats.slots_moved("in", len(named))
             elif op == "move_out" and (len(args) < 4 or args[3] == 0):
                 log.info("shard %s is giving %d slots to shard %d (epoch %d): %d jobs set aside",
-                         self.cluster.me.name, len(named), args[1], args[2],
+                         cluster.me.name, len(named), args[1], args[2],
                          len(slots.moves[args[2]].jobs))
             elif move is not None:
                 given = len(from_ranges(move.ranges))
-                log.info("shard %s gave %d slots to shard %d (epoch %d)", self.cluster.me.name,
+                log.info("shard %s gave %d slots to shard %d (epoch %d)", cluster.me.name,
                          given, move.target, move.epoch)
                 self._broadcast([0, "gave", [move.ranges, move.target, move.epoch]])
                 self.stats.slots_moved("out", given)
                 # Its waiting requests go to the new owner once the log says so.
-                self.answer(lambda _: self.cluster.released(move), reply)
+                self.answer(partial(_released, cluster, move), reply)
         self.answer(partial(_send_reply, channel, req_id), reply)
         self._after_batch()
 
-    def _broadcast(self, frame: list) -> None:
+    def _broadcast(self, frame: List[Any]) -> None:
         for channel in self.channels.values():
             channel.send(frame)
 
@@ -682,7 +712,7 @@ class Shard:
                 now = now_us()
                 fx = engine.advance(now)
                 self._take(fx)
-                if fx.history:
+                if fx.history and self.history is not None:
                     self.history.record(fx.history, now, None, self._contexts.get)
             except Exception:
                 log.exception("shard %d: timer failed", self.index)
@@ -704,7 +734,12 @@ def _send_reply(channel: FrameChannel, req_id: int, reply: Reply) -> None:
     channel.send([req_id, reply])
 
 
-def main(argv=None) -> None:
+def _released(cluster: ShardInCluster, move: OutgoingMove, reply: Reply) -> None:
+    """``move`` is over (its answer is durable): the requests it held go to the new owner."""
+    cluster.released(move)
+
+
+def main(argv: Optional[List[str]] = None) -> None:
     die_with_supervisor()   # first: a supervisor gone before we run must not leave us behind
     parser = argparse.ArgumentParser(prog="queueserver-shard")
     parser.add_argument("--index", type=int, required=True)
@@ -740,7 +775,7 @@ def main(argv=None) -> None:
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     setup_logging(args.log_level, f"shard-{args.index}")
-    cluster = None
+    cluster: Optional[ShardInCluster] = None
     try:
         if args.cluster:
             spec = load_cluster(args.cluster)

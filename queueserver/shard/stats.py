@@ -67,23 +67,32 @@ import heapq
 import os
 import time
 from collections import OrderedDict
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ..engine import job as J
-from ..engine.engine import T_TTL as J_TTL, T_TTR as J_TTR
+from ..engine.engine import T_TTL as J_TTL, T_TTR as J_TTR, Engine
+from ..engine.job import Job
+from ..engine.jobqueue import JobQueue
 from ..metrics import FSYNC_BUCKETS, LATENCY_BUCKETS, MAX_QUEUE_LABELS, traffic
 from ..metrics.histogram import Histogram, empty_snapshot
 from ..net.channel import FRAMES_SENT
 from .outcomes import history_event
+
+if TYPE_CHECKING:
+    from .shard import Shard
+
+#: an engine event's handler: ``handler(engine, *the event's fields)``
+Handler = Callable[..., None]
 
 #: Counter row layout: five counters, then the number of the queue's jobs leased now.
 ADDED, LEASED, COMPLETED, FAILED, EXPIRED, LEASED_NOW = range(6)
 COUNTERS = ("added", "leased", "completed", "failed", "expired")
 #: Per-queue states of the ``queueserver_queue_jobs`` gauge, in snapshot order.
 STATES = ("ready", "scheduled", "leased", "finished")
-#: A job's outcome (a final history event) -> the counter it adds to.
-OUTCOME_COUNTERS = {"completed": COMPLETED, "taken": COMPLETED, "failed": FAILED, "dead": FAILED,
-                    "expired": EXPIRED}
+#: A job's outcome (a final history event) -> the counter it adds to (looked up
+#: with whatever :func:`.outcomes.history_event` says, None included).
+OUTCOME_COUNTERS: Dict[Optional[str], int] = {"completed": COMPLETED, "taken": COMPLETED, "failed": FAILED,
+                                              "dead": FAILED, "expired": EXPIRED}
 
 #: Rows of removed queues kept; past this the longest unused are folded into ``other``.
 MAX_REMOVED_ROWS = 1000
@@ -131,8 +140,8 @@ class ShardStats:
         #: the cluster's: slots this shard owns now, and slots moved in and out
         self.slots_owned = 0
         self.slot_moves = {"in": 0, "out": 0}
-        self.engine: Any = None
-        self._exhausted: Optional[set] = None   # jobs exhausted while a ttr or fail runs
+        self.engine: Optional[Engine] = None
+        self._exhausted: Optional[Set[str]] = None   # jobs exhausted while a ttr or fail runs
 
     # ------------------------------------------------------------- cluster
     def slots_moved(self, direction: str, slots: int) -> None:
@@ -152,7 +161,9 @@ class ShardStats:
     def _fold(self, keep: str) -> None:
         """Fold the rows of removed queues that saw no add for longest into
         ``other``, down to half the allowance (so folding is rare)."""
-        queues = self.engine.queues
+        engine = self.engine
+        assert engine is not None   # only an attached engine's rows are folded
+        queues = engine.queues
         excess = len(self.rows) - (len(queues) + 1 + self.max_removed_rows // 2)
         gone = []
         for name in self.rows:   # least recently added first
@@ -168,12 +179,12 @@ class ShardStats:
                 other[i] += row[i]
         self.folded_queues += len(gone)
 
-    def attach(self, engine) -> None:
+    def attach(self, engine: Engine) -> None:
         """Count ``engine``'s events from now on (after its recovery)."""
         if self.engine is engine:
             return
         self.engine = engine
-        base: Dict[str, Callable[..., None]] = dict(engine._events)
+        base: Dict[str, Handler] = dict(engine._events)
         table = dict(base)
         rows, new_row, move_to_end = self.rows, self._new_row, self.rows.move_to_end
         leased, ready_since = self.leased, self.ready_since
@@ -192,7 +203,7 @@ class ShardStats:
             if counter is not None:
                 row[counter] += 1
 
-        def waited(job, id: str, now: int) -> None:
+        def waited(job: Job, id: str, now: int) -> None:
             since = ready_since.get(id) if ready_since else None
             if since is None:
                 since = ready_at(job.key)
@@ -211,7 +222,7 @@ class ShardStats:
 
         on_add = base["add"]
 
-        def add(engine, id, number, name, *rest):
+        def add(engine: Engine, id: str, number: int, name: str, *rest: Any) -> None:
             row = rows.get(name)
             if row is None:
                 row = new_row(name)
@@ -222,7 +233,7 @@ class ShardStats:
 
         on_lease = base["lease"]
 
-        def lease(engine, id, now):   # the hot path: inlined
+        def lease(engine: Engine, id: str, now: int) -> None:   # the hot path: inlined
             job = engine.jobs[id]
             row = rows.get(job.name) or new_row(job.name)
             row[LEASED] += 1
@@ -237,7 +248,7 @@ class ShardStats:
 
         on_complete = base["complete"]
 
-        def complete(engine, id, result, now):   # the hot path: inlined
+        def complete(engine: Engine, id: str, result: bytes, now: int) -> None:   # the hot path: inlined
             job = engine.jobs[id]
             row = rows.get(job.name) or new_row(job.name)
             start = leased.pop(id, None)
@@ -251,20 +262,21 @@ class ShardStats:
             on_complete(engine, id, result, now)
             count_outcome(row, "complete", job.state)
 
-        def finishing(kind: str, ends_lease_at: Callable[..., Optional[int]]):
+        def finishing(kind: str, ends_lease_at: Callable[[int], Optional[int]]) -> Handler:
             """ttr and fail: the job may go back in line (so it is ready from
             now on, unless leased again at once) or fail for good (counted
             unless an ``exhaust`` it set off counted it already)."""
             original = base[kind]
 
-            def handler(engine, id, *args):
+            def handler(engine: Engine, id: str, *args: Any) -> None:
                 job = engine.jobs[id]
                 row = row_of(job.name)
-                now = args[-1]
+                now: int = args[-1]   # (ttr: now; fail: result, now)
                 if job.state == LEASED_STATE:
                     lease_ended(id, row, ends_lease_at(now))
                     ready_since[id] = now
-                stats._exhausted = exhausted = set()
+                exhausted: Set[str] = set()
+                stats._exhausted = exhausted
                 try:
                     original(engine, id, *args)
                 finally:
@@ -280,7 +292,7 @@ class ShardStats:
 
         on_exhaust = base["exhaust"]
 
-        def exhaust(engine, id):
+        def exhaust(engine: Engine, id: str) -> None:
             job = engine.jobs[id]
             if ready_since:
                 ready_since.pop(id, None)
@@ -291,7 +303,7 @@ class ShardStats:
 
         on_ttl = base[J_TTL]
 
-        def ttl(engine, id, now):
+        def ttl(engine: Engine, id: str, now: int) -> None:
             job = engine.jobs.get(id)
             if job is not None:
                 row = row_of(job.name)
@@ -302,9 +314,9 @@ class ShardStats:
             if job is not None:
                 count_outcome(row, J_TTL, job.state)
 
-        def leaving(original: Callable[..., None]):
+        def leaving(original: Handler) -> Handler:
             """delete: the job goes; its lease (if any) with it."""
-            def handler(engine, id, *args):
+            def handler(engine: Engine, id: str, *args: Any) -> None:
                 if leased:
                     job = engine.jobs.get(id)
                     if job is not None:
@@ -316,7 +328,7 @@ class ShardStats:
 
         on_take = base["take"]
 
-        def take(engine, id):
+        def take(engine: Engine, id: str) -> None:
             job = engine.jobs.get(id)
             if job is not None:
                 row = row_of(job.name)
@@ -330,7 +342,7 @@ class ShardStats:
 
         on_restore = base["restore"]
 
-        def restore(engine, id, number, name, *rest):
+        def restore(engine: Engine, id: str, number: int, name: str, *rest: Any) -> None:
             row = row_of(name)   # a take that was not delivered: undone
             row[LEASED] -= 1
             row[COMPLETED] -= 1
@@ -339,7 +351,7 @@ class ShardStats:
         on_unlease = base["unlease"]
         unobserve_wait = self.wait.unobserve
 
-        def unlease(engine, id, now):
+        def unlease(engine: Engine, id: str, now: int) -> None:
             """A lease never delivered (a lease spread over several shards
             gives back all but one): undone, as if it had not happened."""
             start = leased.pop(id, None)
@@ -356,9 +368,9 @@ class ShardStats:
                     unobserve_wait(wait if wait > 0 else 0)
             on_unlease(engine, id, now)
 
-        def back_in_line(original: Callable[..., None]):
+        def back_in_line(original: Handler) -> Handler:
             """release, retry: ready again from now."""
-            def handler(engine, id, now, *args):
+            def handler(engine: Engine, id: str, now: int, *args: Any) -> None:
                 if leased:
                     job = engine.jobs.get(id)
                     if job is not None:
@@ -381,7 +393,7 @@ class ShardStats:
         if "job" in base:      # a cluster's job moved in: maybe leased already
             on_job = base["job"]
 
-            def job_arrives(engine, id, *rest):
+            def job_arrives(engine: Engine, id: str, *rest: Any) -> None:
                 on_job(engine, id, *rest)
                 job = engine.jobs.get(id)
                 if job is not None and job.state == LEASED_STATE and id not in leased:
@@ -402,18 +414,18 @@ class ShardStats:
                 sums[i] += row[i]
         return sums
 
-    def queue_rows(self, limit: int = SNAPSHOT_ROWS):
+    def queue_rows(self, limit: int = SNAPSHOT_ROWS) -> Tuple[Dict[str, List[int]], List[int]]:
         """``(rows, other)``: name -> counters + gauges (:data:`COUNTERS`, then
         :data:`STATES`) of the ``limit`` busiest queues (by jobs added, then
         jobs held), and the rest summed."""
         engine = self.engine
-        queues = engine.queues if engine is not None else {}
+        queues: Dict[str, JobQueue] = engine.queues if engine is not None else {}
         rows = self.rows
         names = set(rows)
         names.update(queues)
         zero = [0] * 6
 
-        def key(name: str):
+        def key(name: str) -> Tuple[int, int, str]:
             queue = queues.get(name)
             return (rows.get(name, zero)[ADDED], queue.jobs if queue is not None else 0, name)
 
@@ -437,7 +449,7 @@ class ShardStats:
                     other[i] += value
         return out, other
 
-    def snapshot(self, shard: Any = None) -> Dict[str, Any]:
+    def snapshot(self, shard: Optional["Shard"] = None) -> Dict[str, Any]:
         """The control socket's answer: plain data (msgpack) for the supervisor."""
         engine = self.engine if shard is None else shard.engine
         rows, other = self.queue_rows()
@@ -455,23 +467,21 @@ class ShardStats:
         }
         answer.update(traffic.snapshot())   # connections served here directly, their bytes
         answer["link_frames_sent"] = FRAMES_SENT[0]
-        durability = getattr(shard, "durability", None)
-        wal = getattr(durability, "wal", None)
-        if wal is not None:
+        durability = shard.durability if shard is not None else None
+        if durability is not None and durability.recovered:
+            wal = durability.wal
             answer["durable"] = True
             answer["log_bytes"] = wal.disk_bytes()
             answer["log_records"] = wal.appended_records
-            fsync = getattr(wal, "fsync_seconds", None)
-            if fsync is not None:
-                answer["fsync"] = fsync.snapshot()
-        history = getattr(shard, "history", None)
+            answer["fsync"] = wal.fsync_seconds.snapshot()
+        history = shard.history if shard is not None else None
         if history is not None:
             answer["history"] = True
             answer.update(history.stats())
         return answer
 
 
-def _owned(engine: Any) -> int:
+def _owned(engine: Optional[Engine]) -> int:
     """The slots a cluster engine serves (0 outside a cluster), when nobody set ``slots_owned``."""
     slots = getattr(engine, "slots", None)
     try:
