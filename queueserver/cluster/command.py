@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING, Any, List
+from typing import TYPE_CHECKING, Any, List, Protocol
 
 from .clusterfile import ClusterError, ClusterSpec, load_cluster
 
@@ -26,7 +26,13 @@ SLOTS = 16384         # (slots.py's; kept here so that the command line loads wi
 DEFAULT_BATCH = 512   # slots per move step (rebalance.py's; the parser needs it without gevent)
 
 
-def add_parser(sub: Any) -> None:
+class Subcommands(Protocol):
+    """Where subcommands are added (``ArgumentParser.add_subparsers()``)."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser: ...
+
+
+def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser("cluster", help="show and move a cluster's slots",
                        description="Show which shard serves which slots, and move slots (with their "
                                    "jobs) between shards while traffic goes on.")
