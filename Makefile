@@ -74,7 +74,12 @@ SERVER_TESTS := tests/test_workq_server.py tests/test_text_protocols_server.py \
                 tests/test_router_limits.py tests/test_fuzz_server.py tests/test_client.py \
                 tests/test_half_close.py
 
+# mypy --strict first (what mypyc compiles trusts the annotations); the
+# bench smoke test's peers (beanstalkd, redis-server: Debian packages
+# unpacked under loadtests/.peers, nothing installed) where apt can fetch them.
 test: dev
+	$(BIN)/mypy
+	@bash loadtests/install-peers.sh >/dev/null 2>&1 || echo "beanstalkd and redis-server could not be fetched: the peers' bench smoke test is skipped"
 	$(BIN)/python -m pytest $(ARGS)
 	QS_DIRECT_PATH=0 $(BIN)/python -m pytest $(SERVER_TESTS) $(ARGS)
 
