@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 
 from queueserver.engine import Engine as PureEngine
+from queueserver.engine.engine import REQUESTS
 from queueserver.engine.effects import Effects
 from queueserver.engine.status import NOT_FOUND, OK, TIMEOUT
 
@@ -52,7 +53,7 @@ class Engine(PureEngine):
 
 def _request_params(op):
     """The positional argument names of request ``op`` (after self, now, token)."""
-    return list(inspect.signature(Engine._requests[op]).parameters)[3:]
+    return list(inspect.signature(REQUESTS[op]).parameters)[3:]
 
 
 def add(e, id, name="q", payload=b"payload", priority=0, ttr=60_000, ttl=0,
@@ -66,7 +67,7 @@ def add(e, id, name="q", payload=b"payload", priority=0, ttr=60_000, ttl=0,
 
 def call(e, op, now, token, **given):
     """``execute(op, ...)`` with the positional args laid out by parameter name."""
-    defaults = inspect.signature(Engine._requests[op]).parameters
+    defaults = inspect.signature(REQUESTS[op]).parameters
     args = tuple(given[p] if p in given else defaults[p].default for p in _request_params(op))
     return e.execute(op, args, now, token)
 

@@ -136,6 +136,8 @@ class Engine:
         #: numbers of its own residue class, as in a cluster); the shell
         #: gives a fresh block before a request that needs one
         self.block: Optional[List[int]] = None
+        #: this engine's event handlers (:data:`EVENTS`, which a shard's statistics may wrap)
+        self.handlers: Dict[str, Callable[..., None]] = dict(EVENTS)
         #: in a cluster: the slots this shard serves and gives away (None: one host)
         self.slots: Optional[SlotOwnership] = None
 
@@ -144,7 +146,7 @@ class Engine:
         """Run request ``op``; its effects, whose ``reply`` is None if it now
         waits under ``token``."""
         fx = self._step()
-        handler = self._requests.get(op)
+        handler = REQUESTS.get(op)
         if handler is None:
             fx.reply = [CLIENT_ERROR, "Unknown command"]
             return fx
@@ -441,16 +443,6 @@ class Engine:
                      "queues": len(self.queues), "waiters": len(self.waiters),
                      "last-number": self.last_number}]
 
-    _requests: Dict[str, Callable[..., Optional[Reply]]] = {
-        "add": _add, "run": _run, "lease": _lease, "unlease": _unlease,
-        "complete": _complete, "fail": _fail, "retry": _retry, "delete": _delete,
-        "delete_number": _delete_number, "result": _result, "cancel": _cancel, "disown": _disown,
-        "withdraw_new": _withdraw_new,
-        "take": _take, "restore": _restore, "size": _size, "has": _has, "create_queue": _create_queue,
-        "exists": _exists, "inspect_job": _inspect_job, "inspect_jobs": _inspect_jobs,
-        "inspect_scheduled": _inspect_scheduled, "inspect_queue": _inspect_queue,
-        "inspect_queues": _inspect_queues, "inspect_server": _inspect_server,
-    }
 
     # ---------------------------------------------------------------- helpers
     def _check_new(self, id: str) -> None:
@@ -634,7 +626,7 @@ class Engine:
         fx = self._fx
         fx.events.append(event)
         if fx.history is None:
-            self._events[event[0]](self, *event[1:])
+            self.handlers[event[0]](self, *event[1:])
             return
         # The entry's place is taken first, so that events this one sets off
         # (an add handed to a parked lessee) come after it; its values are
@@ -643,7 +635,7 @@ class Engine:
         at = len(history)
         key = event[1] if len(event) > 1 and type(event[1]) is str else None   # a job's id
         job = self.jobs.get(key) if key is not None else None
-        self._events[event[0]](self, *event[1:])
+        self.handlers[event[0]](self, *event[1:])
         if job is None and key is not None:
             job = self.jobs.get(key)
         if job is None:
@@ -654,7 +646,7 @@ class Engine:
     def replay(self, events: Iterable[Event]) -> None:
         """Rebuild state from recorded events: no waiters exist, so nothing
         is offered, and nothing is recorded again."""
-        handlers = self._events
+        handlers = self.handlers
         for event in events:
             handlers[event[0]](self, *event[1:])
         self._fx = Effects()
@@ -981,16 +973,6 @@ class Engine:
             self.apply(("gave", epoch))
         return [OK, None]
 
-    _events: Dict[str, Callable[..., None]] = {
-        "add": _ev_add, "restore": _ev_restore, T_WAKE: _ev_wake, "lease": _ev_lease, "unlease": _ev_unlease,
-        T_TTR: _ev_ttr, "exhaust": _ev_exhaust, "complete": _ev_complete, "fail": _ev_fail, "retry": _ev_retry,
-        "delete": _ev_delete, T_TTL: _ev_evict, "release": _ev_release,
-        "job": _ev_job, "queue": _ev_queue, "counters": _ev_counters,
-        "take": _ev_delete,   # a dequeue with no acknowledgement: the job leaves
-        "own": _ev_own, "moving": _ev_moving, "export": _ev_export, "exported": _ev_exported,
-        "gave": _ev_gave, "hints": _ev_hints,
-    }
-    _requests.update(move_out=_move_out, move_in=_move_in, move_done=_move_done, claim=_claim)
 
     def _requeue(self, job: Job, now: int) -> None:
         self._unown(job)
@@ -1017,3 +999,37 @@ class Engine:
         job.state = state
         job.result = result
         self._deliver_result(job)
+
+
+#: The requests :meth:`Engine.execute` serves, by name: ``handler(engine,
+#: now, token, *args)`` -> its reply, or None when it waits. Module-level
+#: tables, not class attributes: what mypyc compiles keeps no dicts of
+#: methods in a class body.
+REQUESTS: Dict[str, Callable[..., Optional[Reply]]] = {
+    "add": Engine._add, "run": Engine._run, "lease": Engine._lease, "unlease": Engine._unlease,
+    "complete": Engine._complete, "fail": Engine._fail, "retry": Engine._retry, "delete": Engine._delete,
+    "delete_number": Engine._delete_number, "result": Engine._result, "cancel": Engine._cancel,
+    "disown": Engine._disown, "withdraw_new": Engine._withdraw_new, "take": Engine._take,
+    "restore": Engine._restore, "size": Engine._size, "has": Engine._has,
+    "create_queue": Engine._create_queue, "exists": Engine._exists, "inspect_job": Engine._inspect_job,
+    "inspect_jobs": Engine._inspect_jobs, "inspect_scheduled": Engine._inspect_scheduled,
+    "inspect_queue": Engine._inspect_queue, "inspect_queues": Engine._inspect_queues,
+    "inspect_server": Engine._inspect_server,
+    "move_out": Engine._move_out, "move_in": Engine._move_in, "move_done": Engine._move_done,
+    "claim": Engine._claim,
+}
+
+#: The state changes :meth:`Engine.apply` carries out, by event name:
+#: ``handler(engine, *event[1:])``. Each engine starts with a copy
+#: (:attr:`Engine.handlers`) that a shard's statistics may wrap.
+EVENTS: Dict[str, Callable[..., None]] = {
+    "add": Engine._ev_add, "restore": Engine._ev_restore, T_WAKE: Engine._ev_wake,
+    "lease": Engine._ev_lease, "unlease": Engine._ev_unlease, T_TTR: Engine._ev_ttr,
+    "exhaust": Engine._ev_exhaust, "complete": Engine._ev_complete, "fail": Engine._ev_fail,
+    "retry": Engine._ev_retry, "delete": Engine._ev_delete, T_TTL: Engine._ev_evict,
+    "release": Engine._ev_release, "job": Engine._ev_job, "queue": Engine._ev_queue,
+    "counters": Engine._ev_counters,
+    "take": Engine._ev_delete,   # a dequeue with no acknowledgement: the job leaves
+    "own": Engine._ev_own, "moving": Engine._ev_moving, "export": Engine._ev_export,
+    "exported": Engine._ev_exported, "gave": Engine._ev_gave, "hints": Engine._ev_hints,
+}

@@ -2,7 +2,7 @@
 lease time histograms, slot moves; and the snapshot its control socket answers.
 
 Where the counting happens: every state change of the engine is one event
-applied through the engine's table of event handlers (``Engine._events``,
+applied through the engine's table of event handlers (``Engine.handlers``,
 see :meth:`Engine.apply`). :meth:`ShardStats.attach` gives the shard's
 engine, and only it, a copy of that table in which the handlers of the
 events counted here are wrapped: each wrapper looks at the job *before*
@@ -184,7 +184,7 @@ class ShardStats:
         if self.engine is engine:
             return
         self.engine = engine
-        base: Dict[str, Handler] = dict(engine._events)
+        base: Dict[str, Handler] = dict(engine.handlers)
         table = dict(base)
         rows, new_row, move_to_end = self.rows, self._new_row, self.rows.move_to_end
         leased, ready_since = self.leased, self.ready_since
@@ -403,7 +403,7 @@ class ShardStats:
             table["job"] = job_arrives
         for kind in ("release", "retry"):
             table[kind] = back_in_line(base[kind])
-        engine._events = table
+        engine.handlers = table
 
     # ------------------------------------------------------------ snapshot
     def totals(self) -> List[int]:
