@@ -398,9 +398,16 @@ class WorkqCodec(LineCodec):
             return None
         if self._pending is None:
             command = super().decode_next(buf)   # a line: a command, or a block's head
-            if self._pending is None:
+            if not self._block_ahead():
                 return command
         return self._block(buf)
+
+    def _block_ahead(self) -> bool:
+        """Whether a block command's line was read and its block is to come.
+        (A method, not ``self._pending is None`` again: the check above
+        narrows the attribute, and compiled code would trust that narrowing
+        across the call that sets it.)"""
+        return self._pending is not None
 
     def line_too_long(self) -> Command:
         return _refuse("Invalid command args")

@@ -434,7 +434,7 @@ class Router:
                 return link, link.call(op, [names] + list(command.args[1:]), callback)
             return SpreadLease(groups, command.args[-1], callback)
         if route == ALL:
-            return Gather(self.links, op, command.args, self._mergers[op](self, command.args), callback)
+            return Gather(self.links, op, command.args, _MERGERS[op](self, command.args), callback)
         raise ValueError(f"unroutable command {command!r}")
 
     def _by_number(self, command: Command, callback: Callback) -> Optional[Pending]:
@@ -590,8 +590,6 @@ class Router:
             return [OK, queues[offset:offset + limit]]
         return merge
 
-    _mergers: Dict[str, Callable[["Router", Sequence[Any]], Merger]] = {
-        "inspect_server": _merge_server, "inspect_queues": _merge_queues}
 
     # ------------------------------------------------------- shard events
     def _shard_event(self, link: ShardLink, kind: str, body: Any) -> None:
@@ -602,6 +600,12 @@ class Router:
             self.clients -= len(link.moved)
             link.moved.clear()
             self._report_clients()
+
+
+#: How a request asked of every shard merges their answers (module-level:
+#: no dict of methods in a class body that mypyc compiles).
+_MERGERS: Dict[str, Callable[[Router, Sequence[Any]], Merger]] = {
+    "inspect_server": Router._merge_server, "inspect_queues": Router._merge_queues}
 
 
 def _spare_descriptor() -> Optional[int]:

@@ -40,10 +40,10 @@ Connection = ClientConnection[Token, bool]
 class DirectServer:
     """Serves moved connections on ``shard`` (a :class:`~.shard.Shard`)."""
 
-    max_outstanding_bytes = 8 * 1048576   # the router's limits come with each connection
-    max_payload = 1048576
-
     def __init__(self, shard: "Shard") -> None:
+        #: defaults only: the router's limits come with each connection
+        self.max_outstanding_bytes = 8 * 1048576
+        self.max_payload = 1048576
         self.shard = shard
         self.engine = shard.engine
         self.hangups = HangupWatch()
@@ -128,9 +128,10 @@ class DirectServer:
         self.shard.execute("cancel", (token,))
         self.shard.schedule_after_batch()
 
-    #: the client's FIN: its parked request is answered at once, as its
-    #: timeout would answer it, and the answer is delivered (see withdraw)
-    cut_short = withdraw
+    def cut_short(self, token: Token) -> None:
+        """The client's FIN: its parked request is answered at once, as its
+        timeout would answer it, and the answer is delivered (see withdraw)."""
+        self.withdraw(token)
 
     def abandoned(self, command: Command, reply: Reply) -> None:
         """An answer reached a client that had left: give back the job."""
