@@ -1,60 +1,57 @@
-"""The keyless sorted line of jobs (ready queues, TTL lines) and the shard's
-timers built on it, checked against plain reference models."""
+"""The sorted lines of jobs (ready queues, TTL lines, sleeping jobs: sortedcontainers'
+lists, timers.py and jobqueue.py) and the shard's timers built on them, checked
+against plain reference models."""
 from __future__ import annotations
 
+import gc
 import random
-from bisect import insort_right
+import tracemalloc
 
 import pytest
 
 from queueserver.engine import timers as T
 from queueserver.engine.job import Job, schedule_key
-from queueserver.engine.jobqueue import ScheduleLine
-from queueserver.engine.timers import JobLine, Timer, Timers
+from queueserver.engine.jobqueue import JobQueue, digest, schedule_line
+from queueserver.engine.timers import Timer, Timers, discarded, job_line, remove_from
 
 
-class Item:
-    """Anything with a ``key``; found by identity, like jobs."""
-
-    __slots__ = ("key", "name")
-
-    def __init__(self, key: int, name: int) -> None:
-        self.key = key
-        self.name = name
-
-    def __repr__(self) -> str:  # pragma: no cover - failure messages
-        return f"Item({self.key}, {self.name})"
+def _jobs(rnd: random.Random, count: int, first: int = 1) -> list:
+    """Jobs of mixed priorities and times, in a random order (unique numbers, as a shard's are)."""
+    return [Job(f"j{n}", n, "q", b"", priority=rnd.randrange(-3, 4), created=rnd.randrange(50),
+                sched=rnd.randrange(40)) for n in range(first, first + count)]
 
 
-class SmallLine(JobLine):
-    LOAD = 3   # split and empty sublists all the time
-
-
-@pytest.mark.parametrize("line_class", [SmallLine, JobLine])
+@pytest.mark.parametrize("load", [None, 4])   # 4: sublists split and merge all the time
 @pytest.mark.parametrize("seed", range(6))
-def test_a_line_behaves_as_a_sorted_list(line_class, seed):
+def test_a_job_line_keeps_jobs_in_their_own_order(load, seed):
     rnd = random.Random(seed)
-    line, model, present = line_class(), [], []
+    line, model = job_line(), []
+    if load:
+        line._reset(load)
+    numbers = iter(range(1, 10**6))
     for step in range(3000):
         action = rnd.random()
-        if action < 0.5 or not present:
-            item = Item(rnd.randrange(40) if seed % 2 else rnd.randrange(10**6), step)
-            line.add(item)
-            insort_right(model, item, key=lambda i: i.key)   # equal keys: in insertion order
-            present.append(item)
-        elif action < 0.7:
-            item = present.pop(rnd.randrange(len(present)))
-            line.remove(item)
-            model.remove(item)
-        elif action < 0.8:
-            item = line.pop(0)
-            assert item is model.pop(0)
-            present.remove(item)
-        elif action < 0.9:
-            gone = Item(rnd.randrange(40), -1)
-            assert gone not in line and line.discard(gone) is False
+        if action < 0.5 or not model:
+            job = _jobs(rnd, 1, next(numbers))[0]
+            line.add(job)
+            model.append(job)
+            model.sort(key=lambda j: j.key)
+        elif action < 0.65:
+            job = model.pop(rnd.randrange(len(model)))
+            remove_from(line, job)
+        elif action < 0.75:
+            job = model.pop(rnd.randrange(len(model)))
+            assert discarded(line, job)
+        elif action < 0.85:
+            first = line[0]
+            assert first is model[0]
+            remove_from(line, first)          # a lease
+            model.pop(0)
+        elif action < 0.92:
+            gone = _jobs(rnd, 1, next(numbers))[0]
+            assert gone not in line and not discarded(line, gone)
             with pytest.raises(ValueError):
-                line.remove(gone)
+                remove_from(line, gone)
         else:
             start = rnd.randrange(len(model) + 2)
             assert list(line.islice(start, start + 5)) == model[start:start + 5]
@@ -66,43 +63,80 @@ def test_a_line_behaves_as_a_sorted_list(line_class, seed):
     assert list(line) == model
 
 
+def test_jobs_compare_by_key_and_stay_equal_only_to_themselves():
+    a = Job("a", 1, "q", b"", priority=2, created=5)
+    b = Job("b", 2, "q", b"", priority=1, created=0)
+    assert a < b and not b < a and sorted([b, a]) == [a, b]   # higher priority first
+    twin = Job("a", 1, "q", b"", priority=2, created=5)
+    assert a.key == twin.key and a != twin and len({a, twin}) == 2
+
+
 def test_an_empty_line():
-    line = JobLine()
+    line = job_line()
     assert not line and len(line) == 0 and list(line) == []
     with pytest.raises(IndexError):
         line[0]
     with pytest.raises(IndexError):
         line.pop(0)
+    assert not discarded(line, Job("a", 1, "q", b""))
 
 
-def test_a_line_filled_in_order_has_spare_room_only_at_its_end():
-    """Sublists split off are exact-size copies: a queue's line costs a pointer per job."""
-    import sys
-    line = SmallLine()
-    for n in range(1000):
-        line.add(Item(n, n))
-    *full, last = line._lists
-    assert len(full) > 100
-    assert all(sys.getsizeof(sub) == sys.getsizeof([None] * len(sub)) for sub in full)
+def _line_bytes_per_job(line, jobs) -> float:
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for job in jobs:
+            line.add(job)
+        after = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    return (after - before) / len(jobs)
+
+
+def test_a_job_line_costs_about_a_pointer_per_job():
+    """A queue's line (and a TTL line) is a SortedList of the jobs: no stored
+    keys (a SortedKeyList's second list would cost ~18 B a job, see timers.py)."""
+    jobs = [Job("j", n, "q", b"", created=n) for n in range(1, 50_001)]
+    assert _line_bytes_per_job(job_line(), jobs) < 10
 
 
 def test_a_schedule_line_sorts_sleeping_jobs_by_time_then_number():
     rnd = random.Random(4)
     jobs = [Job(str(n), n, "q", b"", priority=rnd.randrange(-3, 4), created=0,
                 sched=rnd.randrange(10**6, 10**6 + 50)) for n in range(1, 400)]
-    line = ScheduleLine()
+    line = schedule_line()
     for job in rnd.sample(jobs, len(jobs)):
         line.add(job)
     expected = sorted(jobs, key=schedule_key)
     assert list(line) == expected
     for job in rnd.sample(jobs, 100):
-        line.remove(job)
+        remove_from(line, job)
         expected.remove(job)
     while expected:                      # wake-ups take the first
         first = line[0]
         assert first is expected.pop(0)
-        line.remove(first)
+        remove_from(line, first)
     assert not line
+
+
+def test_a_queue_removes_and_discards_jobs_wherever_they_are():
+    rnd = random.Random(9)
+    queue = JobQueue("q")
+    jobs = _jobs(rnd, 200)
+    for job in jobs:
+        queue.push(job)
+    assert queue.holds(digest(b""))                     # the content index, built now
+    expected = sorted(jobs, key=lambda j: j.key)
+    queue.remove(expected.pop(0))                       # a lease: the first
+    for job in rnd.sample(expected, 50):
+        queue.discard(job)
+        expected.remove(job)
+        queue.discard(job)                              # gone already: nothing happens
+    assert list(queue.ready) == expected
+    for job in expected:
+        queue.remove(job)
+    assert not queue.ready and not queue.holds(digest(b""))
 
 
 def _job(n: int, ttl: int, sched: int, priority: int = 0) -> Job:

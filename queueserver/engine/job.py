@@ -180,6 +180,13 @@ class Job:
         self.flags = _interned.get(flags) or _intern(flags)
 
     # ------------------------------------------------------------ ordering
+    def __lt__(self, other: Job) -> bool:
+        """Jobs sort by ``key``: how the ready lines and TTL lines (sorted
+        lists of the jobs themselves, timers.py) order them with no stored
+        key. Only ``<``: equality stays identity (jobs are found by it, and
+        hashed by it)."""
+        return self.key < other.key
+
     @property
     def order(self) -> Tuple[int, int, int, int]:
         """``(-priority, sched, created, number)``: its place, as plain data."""
