@@ -65,7 +65,6 @@ DEFAULT_MAX_CONNECTIONS = 10000
 DEFAULT_MAX_OUTSTANDING = 8 * 1048576
 DEFAULT_MAX_PAYLOAD = 1048576
 MAX_MOVES = 4                 # moves of one connection before it stays forwarded
-CLIENTS_EVERY = 0.05          # seconds between reports of this router's client count to the shards
 ACCEPT_BACKOFF = 0.5          # seconds the accept loop rests when no descriptor is left
 LOG_INTERVAL = 10.0           # at most one warning per interval about refused connections
 CONNECT_TIMEOUT = 10.0        # seconds a router waits for this host's shards before it serves
@@ -339,16 +338,17 @@ class Router:
     def _report_clients(self, link: Optional[ShardLink] = None) -> None:
         """Tell the shards how many clients this router serves, so that any
         router can answer ``active-clients`` for all of them: a link that
-        comes up at once, the others at most every :data:`CLIENTS_EVERY`
-        seconds (a storm of connections costs no storm of frames to every
-        shard of every node)."""
+        comes up at once, the others once per loop turn, before the turn's
+        new clients are answered (so a client that was served is counted by
+        every router it then asks, and a storm of connections costs one
+        frame per shard per turn, not one per connection)."""
         if not self.share_clients:
             return
         if link is not None:
             link.notify("clients", [self.key, self.clients])
         elif not self._clients_due:
             self._clients_due = True
-            gevent.spawn_later(CLIENTS_EVERY, self._send_clients)
+            gevent.get_hub().loop.run_callback(self._send_clients)
 
     def _send_clients(self) -> None:
         self._clients_due = False
