@@ -2,12 +2,18 @@
 never through the deprecated ``setup.py install``/``develop`` paths."""
 from __future__ import annotations
 
+import importlib
 import os
+import re
 import shutil
 import subprocess
 import sys
 
+import sysconfig
+
 import pytest
+
+import queueserver
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "README.md", "queueserver")
@@ -29,8 +35,9 @@ def test_an_editable_install_uses_the_build_backend(tmp_path):
     # With wheel present, a pip that finds no declared build system falls back to `setup.py develop`.
     if subprocess.run([*pip, "install", "--quiet", "wheel"], capture_output=True).returncode != 0:
         pytest.skip("no package index reachable to install wheel")
+    # (plain Python: the compiled build is `make test`'s own install, checked below)
     result = subprocess.run([*pip, "install", "--no-deps", "-e", str(project)], capture_output=True,
-                            text=True, timeout=240)
+                            text=True, timeout=240, env={**os.environ, "QS_PURE_PYTHON": "1"})
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "(pyproject.toml)" in output
@@ -38,3 +45,36 @@ def test_an_editable_install_uses_the_build_backend(tmp_path):
         assert legacy not in output
     check = subprocess.run([str(venv / "bin" / "queueserver"), "--version"], capture_output=True, text=True)
     assert check.stdout.startswith("queueserver ")
+
+
+def _compiled_list() -> list:
+    with open(os.path.join(REPO, "setup.py")) as f:
+        text = f.read()
+    return sorted(set(re.findall(r'"(queueserver/[a-z_/]+)\.py"', text)))
+
+
+@pytest.mark.skipif(os.environ.get("QS_PURE_PYTHON", "0") not in ("", "0"), reason="plain Python asked for")
+def test_the_installed_hot_path_is_compiled():
+    """Where a C compiler and Python's headers are (they are wherever
+    ``make test`` runs), the install compiled every module setup.py names,
+    and those compiled modules are what runs: a build that silently fell
+    back to plain Python, or a stale one, fails here."""
+    if shutil.which(os.environ.get("CC", "cc")) is None or \
+            not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")):
+        pytest.skip("no C compiler or no Python headers here: the install is plain Python by design")
+    assert queueserver.COMPILED, queueserver.WHY_PURE
+    modules = _compiled_list()
+    assert len(modules) >= 30
+    for path in modules:
+        module = importlib.import_module(path.replace("/", "."))
+        assert module.__file__ is not None and module.__file__.endswith(".so"), (path, module.__file__)
+
+
+def test_plain_python_runs_the_sources():
+    """QS_PURE_PYTHON=1 at run time: the same install runs its .py sources."""
+    code = ("import queueserver, queueserver.engine.engine as e; "
+            "print(queueserver.COMPILED, queueserver.WHY_PURE, e.__file__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "QS_PURE_PYTHON": "1"}).stdout.split()
+    assert out[0] == "False" and "QS_PURE_PYTHON" in " ".join(out[1:]), out
+    assert out[-1].endswith("engine.py"), out

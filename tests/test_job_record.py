@@ -7,6 +7,8 @@ import random
 
 import pytest
 
+import queueserver
+
 from queueserver.engine.job import (COMPLETED, FAILED, LEASED, NEW, PENDING, UNLIMITED_ATTEMPTS, Job,
                                     pack_order, schedule_key, unpack_order)
 from queueserver.engine.timers import Timer
@@ -87,7 +89,9 @@ def test_jobs_added_alike_share_one_flags_object():
 def test_a_job_is_an_80_byte_object():
     import sys
     job = Job("a", 1, "q", b"", priority=3, ttr=5000, ttl=3_600_000, created=1)
-    assert sys.getsizeof(job) <= 80       # six slots and the GC header (3.11); eight took 96
+    # six slots and the GC header (3.11); eight took 96. A compiled Job (mypyc)
+    # also points to its class's method table: 8 bytes more.
+    assert sys.getsizeof(job) <= (88 if queueserver.COMPILED else 80)
 
 
 def test_state_and_attempts_live_in_the_shared_flags_without_touching_the_rest():
@@ -164,7 +168,7 @@ def test_timer_and_result_share_a_slot_without_mixing():
 
 def test_restored_order_is_kept_exactly():
     job = Job("a", 9, "q", b"", priority=3, created=100, sched=100)
-    job.order = [-3, 50, 40, 9]
+    job.order = (-3, 50, 40, 9)   # (as the engine restores it: a tuple)
     assert job.order == (-3, 50, 40, 9) and (job.priority, job.sched, job.created, job.number) == (3, 50, 40, 9)
 
 

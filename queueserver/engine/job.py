@@ -187,6 +187,11 @@ class Job:
         hashed by it)."""
         return self.key < other.key
 
+    def __hash__(self) -> int:
+        """By identity, said outright: a compiled class that defines a
+        comparison inherits no hash (CPython's rule for C types)."""
+        return id(self) >> 4
+
     @property
     def order(self) -> Tuple[int, int, int, int]:
         """``(-priority, sched, created, number)``: its place, as plain data."""

@@ -63,7 +63,7 @@ class SlotOwnership:
         return self.state[slot] == SERVING
 
     def owned(self) -> int:
-        return sum(1 for s in self.state if s == SERVING)
+        return self.state.count(SERVING)
 
     def move_of(self, slot: int) -> Optional[OutgoingMove]:
         for move in self.moves.values():

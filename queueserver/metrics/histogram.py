@@ -34,7 +34,7 @@ class Histogram:
         self.counts = [0] * (len(self.bounds) + 1)   # the last one: above every bound (+Inf)
         # float: int µs in a shard, float seconds in the log writer (compiled,
         # the ints would be summed as floats: exact below 2**53 µs)
-        self.sum: float = 0
+        self.sum: float = 0.0
 
     def observe(self, value: float) -> None:
         """Count one value (``le`` semantics: a value equal to a bound is in its bucket)."""

@@ -75,7 +75,7 @@ class DirectServer:
         return next(self._ids)
 
     # ------------------------------------------------------------- serving
-    def placement(self, connection: Connection, command: Command) -> int:
+    def placement(self, connection: Optional[Connection], command: Command) -> int:
         return SERVE if self._local(command) else MUST_MOVE
 
     def _local(self, command: Command) -> bool:
