@@ -50,7 +50,7 @@ from ..protocols.base import ALL, BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID
 from .directory import SHARED
 from .jobcache import JobCache
 from .fanout import FirstFound, Gather, SpreadLease, ignore
-from ..lifecycle import die_with_supervisor, setup_logging, stop_event
+from ..lifecycle import die_with_supervisor, settle_gc, setup_logging, stop_event
 from .shardlink import Address, Auth, Context, ShardLink
 from ..numbers import NumberFile
 
@@ -658,6 +658,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     if config.get("ready_file"):
         with open(config["ready_file"], "w") as f:
             f.write(str(os.getpid()))
+    settle_gc()
     stop.wait()
     router.stop()
     if control and os.path.exists(control):

@@ -59,7 +59,7 @@ from ..net import linkauth
 from ..cluster.slots import MAX_SHARDS, from_ranges, slot_of
 from ..sharding import shard_for
 from ..numbers import Blocks, NumberFile, NumbersError
-from ..lifecycle import die_with_supervisor, setup_logging, stop_event
+from ..lifecycle import die_with_supervisor, settle_gc, setup_logging, stop_event
 
 log = logging.getLogger("queueserver.shard")
 
@@ -800,6 +800,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         shard.stats.attach(shard.engine)   # from here on; replaying the log counted nothing
     serve_control(control_path(args.socket), lambda: shard.stats.snapshot(shard))
     stop = stop_event()
+    settle_gc()
     server = gevent.spawn(shard.serve)
     server.link(lambda g: stop.set())
     stop.wait()
