@@ -8,6 +8,7 @@ cycle, and the share of it spent in the kernel; ``--profile DIR`` also records e
 while the load runs, as collapsed stacks (one text file per shard).
 
     .venv/bin/python loadtests/cycle_cpu.py --shards 1 2 --repeat 3 --duration 5
+    .venv/bin/python loadtests/cycle_cpu.py --shards 1 --durable [--no-history]
 """
 from __future__ import annotations
 
@@ -37,13 +38,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--profile", metavar="DIR", help="py-spy record every shard into DIR")
+    parser.add_argument("--durable", action="store_true",
+                        help="as bench.py's section (5): --data-dir and --fsync always")
+    parser.add_argument("--no-history", action="store_true",
+                        help="a durable server without its job history (what the history costs)")
     args = parser.parse_args(argv)
     opts = bench.parse_args(["--duration", str(args.duration)])
     py_spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
     print(f"{'shards':>6} {'cycles/s':>9} {'router µs':>10} {'shards µs':>10} {'server µs':>10} {'kernel':>7}")
     for run in range(args.repeat):
         for shards in args.shards:
-            with bench.OurServer(shards) as server:
+            with bench.OurServer(shards, durable=args.durable, history=not args.no_history) as server:
                 spies = []
                 if args.profile:
                     os.makedirs(args.profile, exist_ok=True)

@@ -1,5 +1,7 @@
 """The writer: group commit under `always`, the `interval` and `never` policies."""
+import os
 import threading
+import time
 
 import gevent
 import pytest
@@ -21,7 +23,7 @@ def open_log(directory, **options):
 
 def test_appends_during_an_fsync_are_covered_by_the_next_single_fsync(tmp_path):
     pool = ThreadPool(1)
-    wal = open_log(tmp_path, threadpool=pool)
+    wal = open_log(tmp_path, threadpool=pool, slow_sync_ms=0)   # every fsync in the pool
     gate = threading.Event()
     pool.spawn(gate.wait)                 # the only thread is busy: the next fsync is in progress
     acks = []
@@ -45,6 +47,51 @@ def test_appends_during_an_fsync_are_covered_by_the_next_single_fsync(tmp_path):
     wal.close()
     pool.kill()
     assert list(recover(str(tmp_path), 0, 1)) == [("add", "first")] + [("add", i) for i in range(99)]
+
+
+class CountingPool:
+    """The hub's threadpool, counting the file work given to it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def apply(self, func, args=(), kwds=None):
+        self.calls += 1
+        return gevent.get_hub().threadpool.apply(func, args, kwds)
+
+
+def test_fast_fsyncs_run_in_the_loop_and_a_slow_one_sends_the_next_to_the_pool(tmp_path, monkeypatch):
+    """Group commit with no threadpool round trip while the disk is fast;
+    after an fsync slower than slow_sync_ms, the pool, until one is fast."""
+    pool = CountingPool()
+    wal = open_log(tmp_path, threadpool=pool, slow_sync_ms=50)
+    started = pool.calls   # (opening the first segment)
+    for i in range(5):
+        wal.append(("add", i))
+        wal.sync()
+    stats = wal.stats()
+    assert (stats["fsyncs"], stats["pooled_fsyncs"], pool.calls - started) == (5, 0, 0)
+
+    fdatasync = os.fdatasync
+
+    def slow(fd):
+        time.sleep(0.08)
+        fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow)
+    wal.append(("add", "slow"))
+    wal.sync()                                  # in the loop still, but slow:
+    assert wal.stats()["pooled_fsyncs"] == 0
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    wal.append(("add", "pooled"))
+    wal.sync()                                  # the next one goes to the pool, and is fast:
+    wal.append(("add", "back"))
+    wal.sync()                                  # so the one after is in the loop again
+    stats = wal.stats()
+    assert (stats["fsyncs"], stats["pooled_fsyncs"], pool.calls - started) == (8, 1, 1)
+    wal.close()
+    assert list(recover(str(tmp_path), 0, 1)) == [("add", i) for i in range(5)] + [
+        ("add", "slow"), ("add", "pooled"), ("add", "back")]
 
 
 def test_concurrent_committers_share_fsyncs(tmp_path):
