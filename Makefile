@@ -89,12 +89,17 @@ SERVER_TESTS := tests/test_workq_server.py tests/test_text_protocols_server.py \
 # mypy --strict first (what mypyc compiles trusts the annotations); the
 # bench smoke test's peers (beanstalkd, redis-server: Debian packages
 # unpacked under loadtests/.peers, nothing installed) where apt can fetch them.
+# Test processes side by side (pytest-xdist): most tests wait on real
+# servers, so two share 2 cores well (16.8 -> 12.0 min here); more than the
+# cores would make the timing of the fault tests' processes noisier.
+TEST_WORKERS ?= 2
+
 test: dev
 	$(BIN)/mypy
 	@bash loadtests/install-peers.sh >/dev/null 2>&1 || echo "beanstalkd and redis-server could not be fetched: the peers' bench smoke test is skipped"
 	$(BIN)/python -c 'import queueserver as q; print("queueserver:", "compiled (mypyc)" if q.COMPILED else "plain Python: " + str(q.WHY_PURE))'
-	$(BIN)/python -m pytest --durations=15 $(ARGS)
-	QS_PURE_PYTHON=1 QS_DIRECT_PATH=0 $(BIN)/python -m pytest $(SERVER_TESTS) $(ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=15 $(ARGS)
+	QS_PURE_PYTHON=1 QS_DIRECT_PATH=0 $(BIN)/python -m pytest -n $(TEST_WORKERS) $(SERVER_TESTS) $(ARGS)
 
 # The long form of the kill -9 test: many SIGKILL cycles of shards and the
 # router under load, then the history check (QS_CRASH_CYCLES, QS_CRASH_SEED).
