@@ -36,8 +36,13 @@ COMPILED = [
 ]
 
 
+#: setup.py commands that only describe the package: pip runs two of them
+#: before the build, and compiling for them would triple an install's time.
+METADATA_ONLY = ("egg_info", "dist_info", "sdist")
+
+
 def compiled_modules():
-    if os.environ.get("QS_PURE_PYTHON", "") not in ("", "0"):
+    if os.environ.get("QS_PURE_PYTHON", "") not in ("", "0") or sys.argv[1:2] and sys.argv[1] in METADATA_ONLY:
         return []
     if shutil.which(os.environ.get("CC", "cc")) is None:
         print("queueserver: no C compiler: building plain Python (slower)", file=sys.stderr)
@@ -52,8 +57,13 @@ def compiled_modules():
         print("queueserver: no mypyc: building plain Python (slower)", file=sys.stderr)
         return []
     # multi_file: one C file per module, so a build compiles them in parallel
-    return mypycify(["--config-file=setup.cfg", *COMPILED], opt_level="3", debug_level="0",
-                    multi_file=True)
+    try:
+        return mypycify(["--config-file=setup.cfg", *COMPILED], opt_level="3", debug_level="0",
+                        multi_file=True)
+    except (Exception, SystemExit) as err:   # (mypyc exits when type checking fails, e.g. a newer mypy)
+        print(f"queueserver: mypyc cannot compile the hot path ({err!r}): building plain Python "
+              f"(slower)", file=sys.stderr)
+        return []
 
 
 class BuildOrFallBack(build_ext):
