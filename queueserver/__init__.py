@@ -16,15 +16,15 @@ import os
 import sys
 from importlib.machinery import EXTENSION_SUFFIXES, ModuleSpec
 from types import ModuleType
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 __version__ = "0.1.0"
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _compiled_sources() -> List[str]:
-    """The ``.py`` of every module of this package that has a compiled build beside it."""
+def _compiled_builds() -> List[Tuple[str, str]]:
+    """``(source, compiled build)`` of every module of this package that has one beside it."""
     found = []
     for folder, _, names in os.walk(_HERE):
         for name in names:
@@ -32,21 +32,20 @@ def _compiled_sources() -> List[str]:
                 if name.endswith(suffix):
                     source = os.path.join(folder, name[:-len(suffix)] + ".py")
                     if os.path.exists(source):
-                        found.append(source)
+                        found.append((source, os.path.join(folder, name)))
     return found
 
 
-def _why_pure(sources: Sequence[str]) -> Optional[str]:
+def _why_pure(builds: Sequence[Tuple[str, str]]) -> Optional[str]:
     if os.environ.get("QS_PURE_PYTHON", "0") not in ("", "0"):
         return "QS_PURE_PYTHON is set"
-    if not sources:
-        return "the package was built without compiling (no C compiler or mypyc, or QS_PURE_PYTHON at build time)"
-    for source in sources:
-        for suffix in EXTENSION_SUFFIXES:
-            built = source[:-3] + suffix
-            if os.path.exists(built) and os.path.getmtime(built) < os.path.getmtime(source):
-                return (f"{os.path.relpath(source, os.path.dirname(_HERE))} changed since it was compiled "
-                        f"(build again: pip install -e . or make)")
+    if not builds:
+        return ("the package was built without compiling (QS_PURE_PYTHON at build time, or no C compiler, "
+                "Python headers or mypyc, or the compile failed: its output says which)")
+    for source, built in builds:
+        if os.path.getmtime(built) < os.path.getmtime(source):
+            return (f"{os.path.relpath(source, os.path.dirname(_HERE))} changed since it was compiled "
+                    f"(build again: pip install -e . or make)")
     return None
 
 
@@ -67,10 +66,10 @@ class _Sources:
         return None   # a subpackage: its __init__.py is found as usual
 
 
-_SOURCES = _compiled_sources()
+_BUILDS = _compiled_builds()
 #: why the Python sources run instead of the compiled modules (None: compiled)
-WHY_PURE = _why_pure(_SOURCES)
+WHY_PURE = _why_pure(_BUILDS)
 #: whether the compiled (mypyc) modules run
 COMPILED = WHY_PURE is None
-if not COMPILED and _SOURCES:
+if not COMPILED and _BUILDS:
     sys.meta_path.insert(0, _Sources())
