@@ -3,8 +3,10 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
+# apt-get needs root: sudo where we are not root and sudo exists.
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
-.PHONY: run test venv dev clean loadtest bench crash-test bench-spark bench-cluster
+.PHONY: run test venv dev browser clean loadtest bench crash-test bench-spark bench-cluster
 .DEFAULT_GOAL := venv
 
 # Stamps in the venv. MADE is written last when the venv is made, so a
@@ -94,7 +96,15 @@ SERVER_TESTS := tests/test_workq_server.py tests/test_text_protocols_server.py \
 # cores would make the timing of the fault tests' processes noisier.
 TEST_WORKERS ?= 2
 
-test: dev
+# Debian's Chromium for the tests of every page we serve (Playwright drives
+# the system browser; nothing is downloaded at test time).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	    echo "installing Debian's chromium for the browser tests"; \
+	    $(SUDO) apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 \
+	    || { $(SUDO) apt-get update >/dev/null 2>&1 && $(SUDO) apt-get install -y --no-install-recommends chromium >/dev/null; }; }
+
+test: dev browser
 	$(BIN)/mypy
 	@bash loadtests/install-peers.sh >/dev/null 2>&1 || echo "beanstalkd and redis-server could not be fetched: the peers' bench smoke test is skipped"
 	$(BIN)/python -c 'import queueserver as q; print("queueserver:", "compiled (mypyc)" if q.COMPILED else "plain Python: " + str(q.WHY_PURE))'

@@ -15,6 +15,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+#: The browser fixtures (``browser``, ``page``) for the tests of served pages.
+pytest_plugins = ["browser"]
+
 
 #: local[threads, maxFailures]: a failed task is tried again, up to 3 times in all.
 MASTER = "local[2,3]"
