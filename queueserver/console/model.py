@@ -1,0 +1,129 @@
+"""What the console shows: plain typed records, the contract between
+:mod:`.source` (which fills them from the shards) and :mod:`.app` (which
+renders them as HTML and JSON). Times are in seconds (floats), ages and
+times-left relative to the moment the source answered.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, TypedDict
+
+#: The states a queue's jobs are listed by.
+STATES = ("ready", "scheduled", "leased", "finished")
+#: Most jobs one page lists (a larger ``per_page`` is cut to this).
+MAX_PER_PAGE = 100
+
+
+class QueueRow(TypedDict):
+    """One queue on the overview."""
+    name: str
+    node: str                 # the node whose shard holds it ("" on a single host)
+    shard: int
+    ready: int
+    scheduled: int
+    leased: int
+    finished: int             # finished jobs kept with their results
+    added_per_s: float
+    completed_per_s: float
+    failed_per_s: float
+    oldest_ready_age_s: Optional[float]   # None: nothing ready
+    protocols: List[str]      # protocols whose clients used it lately, e.g. ["workq", "goqueue"]
+
+
+class JobRow(TypedDict):
+    """One job in a queue's list."""
+    id: str                   # the job's id (UUID for workq/taskflux/..., as the engine keeps it)
+    number: Optional[int]     # its goqueue/takeanumber number, if it has one
+    queue: str
+    state: str                # one of STATES
+    priority: int
+    attempts: int
+    age_s: float
+    ttr_left_s: Optional[float]   # leased jobs only
+    ttl_left_s: Optional[float]   # None: no TTL
+
+
+class JobPage(TypedDict):
+    """A page of one queue's jobs in one state."""
+    queue: str
+    state: str
+    page: int                 # 1-based
+    pages: int
+    per_page: int
+    total: int
+    jobs: List[JobRow]
+
+
+class Lease(TypedDict):
+    """Who holds a leased job."""
+    connection: str           # the client's address as the router saw it, e.g. "127.0.0.1:53312"
+    protocol: str
+    ttr_left_s: float
+
+
+class JobDetail(TypedDict):
+    """Everything the engine knows of one job, for its page."""
+    job: JobRow
+    node: str
+    shard: int
+    payload_size: int
+    payload_text: Optional[str]   # the payload as text when it is valid UTF-8 (first 4 KiB)
+    payload_hex: str              # the first 4 KiB as hex
+    result: Optional[str]         # as text, or hex when not UTF-8; None: no result
+    max_attempts: Optional[int]
+    lease: Optional[Lease]
+    history: List[str]            # the job's own history lines, oldest first (empty: history off)
+    extra: Dict[str, Any]         # any other field the engine keeps (scheduled time, TTL, ...)
+
+
+class SearchResult(TypedDict):
+    """What the search box found: queues whose name contains the text, and the job it names."""
+    queues: List[str]
+    job: Optional[JobDetail]
+
+
+class RatePoint(TypedDict):
+    """A queue's (or the node's) rates over one sample interval."""
+    t: float                  # unix time, end of the interval
+    added: float              # per second
+    completed: float
+    failed: float
+
+
+class ShardView(TypedDict):
+    shard: int
+    name: str                 # e.g. "a/0" in a cluster, "0" on a single host
+    up: bool
+    jobs: int
+    queues: int
+    slots: str                # slot ranges, e.g. "0-8191"; "" on a single host
+    role: str                 # "primary" (replicas later: "follower")
+    lag: Optional[int]        # replica lag in records, once replicas exist
+
+
+class NodeInfo(TypedDict):
+    name: str
+    host: str
+    up: bool
+    console: str              # the node's console URL ("" if unknown)
+    shards: List[ShardView]
+
+
+class LinkView(TypedDict):
+    source: str
+    target: str
+    state: str                # "up", "down", ...
+
+
+class ClusterView(TypedDict):
+    """The cluster page: every node and shard, moves in progress, links."""
+    clustered: bool
+    nodes: List[NodeInfo]
+    moves: List[Dict[str, Any]]
+    links: List[LinkView]
+
+
+class ActionResult(TypedDict):
+    """The outcome of a delete, requeue or purge."""
+    ok: bool
+    message: str              # e.g. "deleted job 7f3c..." or "purged 120 jobs from emails"
+    count: int                # jobs affected
