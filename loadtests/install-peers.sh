@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fetch the two peer servers the benchmark compares against, beanstalkd and
-# redis-server, from Debian's packages, unpacked under a local directory
+# redis-server, and etcd (what a cluster's tests coordinate through), from
+# Debian's packages, unpacked under a local directory
 # (loadtests/.peers/ by default, git-ignored; PEERS_DIR overrides it).
 #
 # Why local: the bench must run on a fresh machine, so the project brings its
@@ -16,9 +17,15 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 dest=${PEERS_DIR:-$here/.peers}
 root=$dest/root
-packages=(beanstalkd redis-server)
+packages=(beanstalkd redis-server etcd-server)
+binaries=(beanstalkd redis-server etcd)
 
-if [ -x "$root/usr/bin/beanstalkd" ] && [ -x "$root/usr/bin/redis-server" ]; then
+have_all() {
+    for binary in "${binaries[@]}"; do
+        [ -x "$root/usr/bin/$binary" ] || return 1
+    done
+}
+if have_all; then
     exit 0
 fi
 for tool in apt-get dpkg; do
@@ -68,5 +75,5 @@ mkdir -p "$dest"
 printf '# downloaded by install-peers.sh\n*\n' > "$dest/.gitignore"
 rm -rf "$root"
 mv "$work/root" "$root"
-test -x "$root/usr/bin/beanstalkd" && test -x "$root/usr/bin/redis-server"
-echo "install-peers: beanstalkd and redis-server are in $root" >&2
+have_all
+echo "install-peers: ${binaries[*]} are in $root" >&2

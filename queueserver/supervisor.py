@@ -36,6 +36,7 @@ from .lifecycle import EXIT_REFUSED, SUPERVISOR_PID
 from .numbers import FILE_NAME as NUMBERS_FILE
 
 if TYPE_CHECKING:   # imported when the metrics port is on: it loads prometheus_client
+    from .cluster.coordination import Membership
     from .metrics.http import NodeMetrics
 
 log = logging.getLogger("queueserver.supervisor")
@@ -209,6 +210,8 @@ class Supervisor:
         #: in a cluster: the cluster file and this node's entry (None: one host)
         self.cluster: Optional[ClusterSpec] = None
         self.metrics: Optional[NodeMetrics] = None   # the HTTP port of /metrics and /status (None: off)
+        #: this node's lease in etcd (a cluster file with [etcd] only)
+        self.membership: Optional[Membership] = None
 
     @property
     def runtime_dir(self) -> str:
@@ -399,8 +402,12 @@ class Supervisor:
                 if not published and all(os.path.exists(path) for path in ready):
                     self._write_ports()  # every router serves: clients may come
                     published = True
+                    self._register()
                 time.sleep(0.05)
         finally:
+            if self.membership is not None:
+                self.membership.stop()   # gone from etcd at once, not a lease's time later
+                self.membership.etcd.close()
             if self.metrics is not None:
                 self.metrics.stop()
             self._stop_all()
@@ -413,6 +420,19 @@ class Supervisor:
             raise self._failure
         log.info("stopped")
         return 0
+
+    def _register(self) -> None:
+        """In a cluster coordinated on etcd, say this node is alive (a lease kept
+        alive from a thread): once it serves, so a listed node is a usable one."""
+        if self.cluster is None or self.cluster.etcd is None:
+            return
+        from .cluster.coordination import Etcd, Membership
+        assert self.config.node is not None   # _join_cluster refuses a cluster without --node
+        node = self.cluster.node(self.config.node)
+        info = {"host": node.host, "shards": node.shards,
+                "metrics_port": self.metrics.port if self.metrics is not None else None}
+        self.membership = Membership(Etcd(self.cluster.etcd), node.name, info)
+        self.membership.start()
 
     def _on_signal(self, signum: int, frame: Optional[FrameType]) -> None:
         if not self._stopping:

@@ -8,6 +8,12 @@ NAME``)::
     cert = "node.crt"
     key = "node.key"
     ca = "ca.crt"
+    [etcd]                           # optional: liveness coordinated on etcd
+    endpoints = ["http://10.0.0.9:2379"]   # tried in this order
+    prefix = "/queueserver"          # the cluster's keys live under it
+    lease_ttl = 10                   # seconds a dead node stays listed
+    # ca, cert, key: TLS to etcd with a client certificate (etcd's
+    # --client-cert-auth is its authentication)
 
     [[node]]
     name = "a"
@@ -30,6 +36,7 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
+from urllib.parse import urlsplit
 
 from ..protocols import DEFAULT_PORTS
 
@@ -46,6 +53,16 @@ class TLSFiles:
     cert: str
     key: str
     ca: str
+
+
+@dataclass(frozen=True)
+class EtcdSpec:
+    endpoints: Tuple[str, ...]
+    prefix: str = "/queueserver"
+    lease_ttl: int = 10
+    ca: Optional[str] = None
+    cert: Optional[str] = None
+    key: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +97,7 @@ class ClusterSpec:
     secret_file: str
     nodes: List[NodeSpec]
     tls: Optional[TLSFiles] = None
+    etcd: Optional[EtcdSpec] = None
 
     def shards(self) -> List[ShardSpec]:
         """Every shard of every node, by ordinal."""
@@ -172,9 +190,9 @@ def load_cluster(path: str) -> ClusterSpec:
         raise ClusterError(f"cannot read cluster file {path}: {(err.strerror or str(err)).lower()}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise ClusterError(f"{path}: TOML syntax error: {err}") from None
-    unknown = sorted(set(data) - {"secret_file", "tls", "node"})
+    unknown = sorted(set(data) - {"secret_file", "tls", "etcd", "node"})
     if unknown:
-        raise ClusterError(f"{path}: unknown key {unknown[0]} (valid: secret_file, tls, node)")
+        raise ClusterError(f"{path}: unknown key {unknown[0]} (valid: secret_file, tls, etcd, node)")
     if "secret_file" not in data:
         raise ClusterError(f"{path} needs secret_file: a file of at least 16 random bytes, mode 0600, "
                            f"the same on every node (e.g. head -c 32 /dev/urandom | base64 > cluster.secret)")
@@ -205,4 +223,40 @@ def load_cluster(path: str) -> ClusterSpec:
         if not isinstance(raw, dict) or set(raw) - {"cert", "key", "ca"} or len(raw) != 3:
             raise ClusterError(f"{path}: [tls] needs exactly cert, key and ca (file paths)")
         tls = TLSFiles(*(_relative(path, raw[k], f"{path}: tls.{k}") for k in ("cert", "key", "ca")))
-    return ClusterSpec(os.path.abspath(path), secret_file, nodes, tls)
+    etcd = _etcd(path, data["etcd"]) if "etcd" in data else None
+    return ClusterSpec(os.path.abspath(path), secret_file, nodes, tls, etcd)
+
+
+_ETCD_KEYS = ("endpoints", "prefix", "lease_ttl", "ca", "cert", "key")
+
+
+def _etcd(path: str, raw: Any) -> EtcdSpec:
+    where = f"{path}: [etcd]"
+    if not isinstance(raw, dict):
+        raise ClusterError(f"{where} must be a table")
+    unknown = sorted(set(raw) - set(_ETCD_KEYS))
+    if unknown:
+        raise ClusterError(f"{where}: unknown key {unknown[0]} (valid: {', '.join(_ETCD_KEYS)})")
+    endpoints = raw.get("endpoints")
+    if not isinstance(endpoints, list) or not endpoints:
+        raise ClusterError(f'{where} needs endpoints, a list such as ["http://10.0.0.9:2379"]')
+    for endpoint in endpoints:
+        url = urlsplit(endpoint) if isinstance(endpoint, str) else None
+        try:
+            valid = url is not None and url.scheme in ("http", "https") and bool(url.hostname) \
+                and not url.path.strip("/") and url.port is not None
+        except ValueError:   # a port that is not a number
+            valid = False
+        if not valid:
+            raise ClusterError(f"{where}: endpoint {endpoint!r} must be http(s)://host:port")
+    prefix = raw.get("prefix", "/queueserver")
+    if not isinstance(prefix, str) or not prefix.startswith("/") or prefix.rstrip("/") == "":
+        raise ClusterError(f"{where}: prefix must be a key path such as \"/queueserver\", got {prefix!r}")
+    ttl = raw.get("lease_ttl", 10)
+    if not isinstance(ttl, int) or isinstance(ttl, bool) or not 2 <= ttl <= 300:
+        raise ClusterError(f"{where}: lease_ttl must be whole seconds from 2 to 300, got {ttl!r}")
+    files = {k: _relative(path, raw[k], f"{where} {k}") for k in ("ca", "cert", "key") if k in raw}
+    if ("cert" in files) != ("key" in files):
+        raise ClusterError(f"{where}: cert and key go together (a client certificate and its key)")
+    return EtcdSpec(tuple(endpoints), prefix.rstrip("/"), ttl, files.get("ca"), files.get("cert"),
+                    files.get("key"))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING, Any, List, Protocol
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol
 
 from .clusterfile import ClusterError, ClusterSpec, load_cluster
 
@@ -122,9 +122,27 @@ def _act(args: argparse.Namespace, spec: ClusterSpec, rebalancer: "Rebalancer") 
     return 0
 
 
+def _liveness(spec: ClusterSpec) -> Optional[Dict[str, str]]:
+    """Each node's liveness as etcd says it ("alive": its lease holds;
+    "lapsed": no lease; "unknown": etcd did not answer); None without etcd."""
+    if spec.etcd is None:
+        return None
+    from .coordination import CoordinationError, Etcd, live_nodes
+    etcd = Etcd(spec.etcd)
+    try:
+        alive = live_nodes(etcd)
+    except CoordinationError as err:
+        print(f"etcd: {err}", file=sys.stderr)
+        return {node.name: "unknown" for node in spec.nodes}
+    finally:
+        etcd.close()
+    return {node.name: "alive" if node.name in alive else "lapsed" for node in spec.nodes}
+
+
 def _status(spec: ClusterSpec, rebalancer: "Rebalancer", as_json: bool) -> int:
     from .admin import AdminError
-    rows = []
+    liveness = _liveness(spec)
+    rows: List[Dict[str, Any]] = []
     for shard in spec.shards():
         try:
             state: "SlotsAnswer" = rebalancer.cluster.call(shard.ordinal, "slots", [], wait=3.0)
@@ -134,13 +152,18 @@ def _status(spec: ClusterSpec, rebalancer: "Rebalancer", as_json: bool) -> int:
         rows.append({"shard": shard.name, "ordinal": shard.ordinal, "up": True,
                      "slots": sum(end - start for start, end, _ in state["served"]),
                      "jobs": state["jobs"], "moving": state["moving"]})
+    for shard, row in zip(spec.shards(), rows):
+        row["node"] = shard.node
+        if liveness is not None:
+            row["etcd"] = liveness[shard.node]
     if as_json:
         print(json.dumps(rows))
         return 0
     for row in rows:
+        lease = f"  etcd: {row['etcd']}" if "etcd" in row else ""
         if not row["up"]:
-            print(f"{row['shard']:>12}  DOWN  {row['error']}")
+            print(f"{row['shard']:>12}  DOWN  {row['error']}{lease}")
             continue
         moving = f"  moving: {row['moving']}" if row["moving"] else ""
-        print(f"{row['shard']:>12}  {row['slots']:>6} slots  {row['jobs']:>9} jobs{moving}")
+        print(f"{row['shard']:>12}  {row['slots']:>6} slots  {row['jobs']:>9} jobs{lease}{moving}")
     return 0 if all(row["up"] for row in rows) else 1

@@ -1,0 +1,179 @@
+"""The cluster's coordination on etcd: who is alive, said with leases.
+
+Why etcd: which node is alive (and, built on it, which shard is primary and
+which slot map is current) must be agreed by a proven consensus, not by one
+of our own; etcd is that, packaged by Debian, with leases (a key lives only
+while its owner keeps refreshing it) and compare-and-swap transactions on
+revisions. We talk to its v3 JSON gateway through ``etcd3gw`` (maintained by
+OpenStack; plain HTTP through ``requests``, so it runs in the supervisor's
+threads, where a gRPC client's own threads and C core would not mix with the
+shards' gevent and would bring a heavy dependency for a few calls a second).
+
+Keys, under the cluster file's ``[etcd] prefix``::
+
+    <prefix>/nodes/<name>   {"host", "pid", "started", "metrics_port", "shards"}
+                            (JSON), attached to the node's lease: gone within
+                            ``lease_ttl`` seconds of the node's death
+
+A node's :class:`Membership` registers it and refreshes its lease every
+third of the TTL from a daemon thread; a refresh that finds the lease gone
+(etcd restarted, or the node was cut off longer than the TTL) registers
+again with a new lease, and each change of state is one log line.
+:func:`live_nodes` is what ``queueserver cluster status`` reads.
+
+Endpoints are tried in the order the file gives them; the first that
+answers is kept until it fails.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, TypeVar
+from urllib.parse import urlsplit
+
+import etcd3gw
+from etcd3gw.exceptions import Etcd3Exception
+from etcd3gw.lease import Lease
+from requests.exceptions import RequestException
+
+from .clusterfile import EtcdSpec
+
+log = logging.getLogger("queueserver.cluster")
+
+#: Seconds one etcd request may take before the next endpoint is tried.
+REQUEST_TIMEOUT = 2.0
+
+Result = TypeVar("Result")
+
+
+class CoordinationError(Exception):
+    """No etcd endpoint answered (each one's failure in the message)."""
+
+
+class Etcd:
+    """The cluster file's etcd endpoints as one client: a call goes to the
+    endpoint that answered last, and on a failure to the next ones."""
+
+    def __init__(self, spec: EtcdSpec) -> None:
+        self.spec = spec
+        self._clients: List[etcd3gw.Etcd3Client] = []
+        for endpoint in spec.endpoints:
+            url = urlsplit(endpoint)
+            self._clients.append(etcd3gw.Etcd3Client(
+                host=url.hostname or "127.0.0.1", port=url.port or 2379, protocol=url.scheme or "http",
+                ca_cert=spec.ca, cert_key=spec.key, cert_cert=spec.cert, timeout=REQUEST_TIMEOUT,
+                api_path="/v3/"))
+        self._current = 0
+        self._lock = threading.Lock()
+
+    def call(self, what: Callable[[etcd3gw.Etcd3Client], Result]) -> Result:
+        """``what(client)`` on the first endpoint that answers; CoordinationError if none does."""
+        failures = []
+        with self._lock:
+            start = self._current
+        for step in range(len(self._clients)):
+            i = (start + step) % len(self._clients)
+            try:
+                result = what(self._clients[i])
+            except (RequestException, Etcd3Exception) as err:
+                failures.append(f"{self.spec.endpoints[i]}: {type(err).__name__}: {str(err)[:200]}")
+                continue
+            with self._lock:
+                self._current = i
+            return result
+        raise CoordinationError("no etcd endpoint answered (" + "; ".join(failures) + ")")
+
+    def key(self, *parts: str) -> str:
+        return "/".join([self.spec.prefix.rstrip("/"), *parts])
+
+    def close(self) -> None:
+        for client in self._clients:
+            client.session.close()
+
+
+def live_nodes(etcd: Etcd) -> Dict[str, Dict[str, Any]]:
+    """The nodes whose lease is alive now: name -> what they registered."""
+    prefix = etcd.key("nodes", "")
+    found = etcd.call(lambda client: client.get_prefix(prefix))
+    nodes: Dict[str, Dict[str, Any]] = {}
+    for value, meta in found:
+        name = meta["key"].decode()[len(prefix):]
+        try:
+            info = json.loads(value)
+        except ValueError:
+            info = {}
+        nodes[name] = info if isinstance(info, dict) else {}
+    return nodes
+
+
+class Membership:
+    """This node's registration: ``<prefix>/nodes/<name>`` on a lease kept alive."""
+
+    def __init__(self, etcd: Etcd, name: str, info: Dict[str, Any]) -> None:
+        self.etcd = etcd
+        self.name = name
+        self.info = dict(info, pid=os.getpid(), started=time.time())
+        self._lease: Optional[Lease] = None
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self.registered = threading.Event()   # set while the key is known to be in etcd
+
+    def start(self) -> None:
+        """Register at once if etcd answers (else keep trying from the thread)."""
+        try:
+            self._register()
+        except CoordinationError as err:
+            log.warning("etcd: node %s not registered yet: %s; retrying", self.name, err)
+        self._thread = threading.Thread(target=self._keep_alive, name="etcd-lease", daemon=True)
+        self._thread.start()
+
+    def _register(self) -> None:
+        ttl = self.etcd.spec.lease_ttl
+        lease = self.etcd.call(lambda client: client.lease(ttl=ttl))
+        body = json.dumps(self.info, sort_keys=True)
+        key = self.etcd.key("nodes", self.name)
+        self.etcd.call(lambda client: client.put(key, body, lease=lease))
+        self._lease = lease
+        self.registered.set()
+        log.info("etcd: node %s registered (lease of %d s)", self.name, ttl)
+
+    def _keep_alive(self) -> None:
+        period = max(0.2, self.etcd.spec.lease_ttl / 3)
+        while not self._stop.wait(period):
+            try:
+                lease = self._lease
+                if lease is None or self.etcd.call(lambda client: _refresh(client, lease)) <= 0:
+                    if lease is not None:
+                        log.warning("etcd: node %s's lease had lapsed; registering again", self.name)
+                        self.registered.clear()
+                    self._register()
+            except CoordinationError as err:
+                if self.registered.is_set():
+                    log.warning("etcd: node %s cannot refresh its lease: %s", self.name, err)
+                    self.registered.clear()
+
+    def stop(self) -> None:
+        """Stop refreshing and revoke the lease: the node is gone from etcd at once."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(REQUEST_TIMEOUT * 2)
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            try:
+                self.etcd.call(lambda client: _revoke(client, lease))
+            except CoordinationError as err:
+                log.warning("etcd: could not revoke node %s's lease (it lapses by itself): %s",
+                            self.name, err)
+        self.registered.clear()
+
+
+def _refresh(client: etcd3gw.Etcd3Client, lease: Lease) -> int:
+    """The lease's new TTL through ``client`` (-1 or 0 when it has lapsed)."""
+    return Lease(lease.id, client).refresh()
+
+
+def _revoke(client: etcd3gw.Etcd3Client, lease: Lease) -> bool:
+    return Lease(lease.id, client).revoke()

@@ -1,0 +1,93 @@
+"""A real etcd for the tests: Debian's etcd-server package, unpacked under
+``loadtests/.peers`` by ``loadtests/install-peers.sh`` (``make test`` runs it;
+this module runs it too when the binary is missing), started on free
+loopback ports with its own data directory and stopped by the test."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import List, Optional
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PEERS = Path(os.environ.get("QS_PEERS_DIR") or ROOT / "loadtests" / ".peers")
+ETCD = PEERS / "root" / "usr" / "bin" / "etcd"
+
+
+def etcd_binary() -> str:
+    if not ETCD.exists():
+        subprocess.run(["bash", str(ROOT / "loadtests" / "install-peers.sh")], check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+    if not ETCD.exists():
+        pytest.fail(f"etcd is not at {ETCD}: loadtests/install-peers.sh could not fetch Debian's "
+                    f"etcd-server (it needs apt and the Debian archive)")
+    return str(ETCD)
+
+
+def _free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class EtcdServer:
+    """One etcd member on loopback; ``endpoint`` is its client URL."""
+
+    def __init__(self, directory: Path, name: str = "default") -> None:
+        self.directory = directory
+        self.name = name
+        self.client_port = _free_port()
+        self.peer_port = _free_port()
+        self.endpoint = f"http://127.0.0.1:{self.client_port}"
+        self.process: Optional[subprocess.Popen] = None
+        self.log_path = directory / f"etcd-{name}.log"
+
+    def argv(self) -> List[str]:
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        return [etcd_binary(), "--name", self.name, "--data-dir", str(self.directory / f"etcd-{self.name}"),
+                "--listen-client-urls", self.endpoint, "--advertise-client-urls", self.endpoint,
+                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                "--initial-cluster", f"{self.name}={peer}", "--log-level", "warn"]
+
+    def start(self, timeout: float = 20.0) -> "EtcdServer":
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"etcd exited: {self.log_path.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(self.endpoint + "/health", timeout=1) as answer:
+                    if b'"true"' in answer.read():
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"etcd did not become healthy in {timeout} s: {self.log_path.read_text()[-2000:]}")
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self.process = None
+
+    def wipe(self) -> None:
+        """Its data gone (a member rebuilt from nothing): stop it first."""
+        shutil.rmtree(self.directory / f"etcd-{self.name}", ignore_errors=True)
+
+
+@pytest.fixture
+def etcd(tmp_path: Path):   # type: ignore[no-untyped-def]
+    server = EtcdServer(tmp_path).start()
+    try:
+        yield server
+    finally:
+        server.kill()
