@@ -372,8 +372,18 @@ def test_the_compose_file_runs_the_three_nodes_of_its_cluster_file():
     compose = _compose()
     cluster = _cluster(os.path.join(COMPOSE, "cluster.toml"))
     hosts = {node["host"]: node["name"] for node in cluster["node"]}
-    services = compose["services"]
+    members = {name: service for name, service in compose["services"].items() if name.startswith("etcd-")}
+    services = {name: service for name, service in compose["services"].items() if name not in members}
     assert set(services) == set(hosts) and len(services) == 3
+    # Three etcd members, each listed in the cluster file and each a member of the others' cluster.
+    assert sorted(members) == ["etcd-1", "etcd-2", "etcd-3"]
+    assert cluster["etcd"]["endpoints"] == [f"http://{name}:2379" for name in sorted(members)]
+    for name, member in members.items():
+        env = member["environment"]
+        assert env["ETCD_NAME"] == name and f"{name}=http://{name}:2380" in env["ETCD_INITIAL_CLUSTER"]
+        assert env["ETCD_ADVERTISE_CLIENT_URLS"] == f"http://{name}:2379"
+        (volume,) = member["volumes"]
+        assert volume.split(":")[0] in compose["volumes"]
 
     entrypoint = json.loads(dict(_instructions(os.path.join(DEPLOY, "Dockerfile")))["ENTRYPOINT"])
     host_ports, volumes = [], []
@@ -391,6 +401,7 @@ def test_the_compose_file_runs_the_three_nodes_of_its_cluster_file():
         source, target = volume.split(":")
         assert target == "/var/lib/queueserver" and source in compose["volumes"]
         volumes.append(source)
+        assert sorted(service["depends_on"]) == sorted(members)
         # The secret, where the cluster file looks for it.
         secret = service["secrets"][0]
         assert f"/run/secrets/{secret}" == cluster["secret_file"]
@@ -421,7 +432,8 @@ NODE_KEYS = {"name", "host", "link_port", "shards", "bind", "metrics_port", "joi
 @pytest.mark.parametrize("path", CLUSTER_FILES, ids=["systemd", "compose"])
 def test_the_cluster_files_have_the_keys_of_the_format(path):
     cluster = _cluster(path)
-    assert set(cluster) <= {"secret_file", "tls", "node"}
+    assert set(cluster) <= {"secret_file", "tls", "etcd", "node"}
+    assert cluster["etcd"]["endpoints"] and cluster["etcd"]["lease_ttl"] >= 2
     assert isinstance(cluster["secret_file"], str) and cluster["secret_file"]
     nodes = cluster["node"]
     assert [node["name"] for node in nodes] == ["a", "b", "c"]
