@@ -6,7 +6,7 @@ ARGS   ?=
 # apt-get needs root: sudo where we are not root and sudo exists.
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
-.PHONY: run test venv dev browser clean loadtest bench crash-test bench-spark bench-cluster
+.PHONY: run test venv dev browser clean loadtest bench crash-test bench-spark bench-cluster docs
 .DEFAULT_GOAL := venv
 
 # Stamps in the venv. MADE is written last when the venv is made, so a
@@ -135,6 +135,10 @@ bench-spark: dev
 # ARGS="--quick" for ~20 s); the figures also go to loadtests/results/cluster-<time>.json.
 bench-cluster: venv
 	$(BIN)/python loadtests/cluster_bench.py $(ARGS)
+
+# The reference in docs/ as a site in site/ (MkDocs, Material); --strict fails on a broken link or anchor.
+docs: dev
+	$(BIN)/mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache loadtests/.peers
