@@ -227,6 +227,23 @@ HISTORY: Dict[str, Setting] = {
 }
 
 
+#: ``[console]``: the web console on the metrics port; the attribute of
+#: :class:`Config` is ``console_<key>``. No flags: set in the file.
+CONSOLE: Dict[str, Setting] = {
+    "token_file": Setting("file", help="a file of lines `name token`: a console action (delete, "
+                                       "requeue, purge) needs one of the tokens, and is logged with "
+                                       "its name (default: none, so no actions)"),
+    "history_report": Setting("file", help="the report.html of `queueserver history`, or the --out "
+                                           "directory holding it: linked from every queue's page "
+                                           "(default: none)"),
+}
+
+
+def console_attribute(key: str) -> str:
+    """The :class:`Config` attribute of ``[console] key``."""
+    return f"console_{key}"
+
+
 def history_attribute(key: str) -> str:
     """The :class:`Config` attribute of ``[history] key``."""
     return "history" if key == "enabled" else f"history_{key}"
@@ -292,6 +309,9 @@ class Config:
     history_max_bytes: int = 1 << 30
     history_max_age: float = 7 * 86400.0
     history_checkpoint: Optional[str] = None
+    #: ``[console]`` (:data:`CONSOLE`): the tokens of console actions, the history report's place
+    console_token_file: Optional[str] = None
+    console_history_report: Optional[str] = None
     #: server-wide keys set by the file or a flag, not left at their default
     explicit: Set[str] = field(default_factory=set, compare=False, repr=False)
     cluster: Optional[str] = None
@@ -328,9 +348,14 @@ class Config:
         """Apply a parsed TOML document, checking every key."""
         server = _table("server", data.get("server", {}))
         for key in data:
-            if key not in ("server", "history", "metrics") and key not in SERVER \
+            if key not in ("server", "history", "metrics", "console") and key not in SERVER \
                     and key not in self.listeners:
-                raise unknown_key(key, ["server", "history", "metrics", *SERVER, *self.listeners])
+                raise unknown_key(key, ["server", "history", "metrics", "console", *SERVER, *self.listeners])
+        console = _table("console", data.get("console", {}))
+        for key, value in console.items():
+            if key not in CONSOLE:
+                raise unknown_key(f"console.{key}", list(CONSOLE))
+            setattr(self, console_attribute(key), CONSOLE[key].check(f"console.{key}", value))
         history = _table("history", data.get("history", {}))
         for key, value in history.items():
             if key not in HISTORY:

@@ -9,7 +9,10 @@ every job id and makes the shard announce every job it makes.
 The exchange, in msgpack: the asker sends one request, ``["stats"]``; the
 process answers one map (see :meth:`queueserver.shard.stats.ShardStats.snapshot`
 and :func:`queueserver.router.stats.router_stats`) and closes. Anything else
-is answered ``{"error": "..."}``. The process side runs in its gevent loop;
+is answered ``{"error": "..."}``. A shard also answers the web console's
+``["console", op, ...]`` requests (:mod:`queueserver.shard.console`), each
+in a greenlet of its own that may yield to the loop while it works. The
+process side runs in its gevent loop;
 the supervisor's side (:func:`ask`, :func:`ask_all`) uses blocking stdlib
 sockets with a timeout, and asks every process at once, so one process that
 does not answer costs a scrape at most that timeout.
@@ -20,7 +23,7 @@ import logging
 import os
 import socket
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, TypeVar
 
 import msgpack
 
@@ -51,9 +54,11 @@ def control_path(socket_path: str) -> str:
 
 
 # ------------------------------------------------------------ process side
-def serve_control(path: str, stats: Callable[[], Answer]) -> Greenlet[[], None]:
+def serve_control(path: str, stats: Callable[[], Answer],
+                  console: Optional[Callable[[List[Any]], Answer]] = None) -> Greenlet[[], None]:
     """Listen on ``path`` (gevent; mode 0600) and answer ``["stats"]`` with
-    ``stats()``; returns the accepting greenlet. ``stats`` runs in the event
+    ``stats()``, and ``["console", ...]`` with ``console(request)`` (if
+    given); returns the accepting greenlet. ``stats`` runs in the event
     loop, so it sees a consistent state and must be quick."""
     import gevent
     from gevent import socket as gsocket
@@ -73,14 +78,15 @@ def serve_control(path: str, stats: Callable[[], Answer]) -> Greenlet[[], None]:
         try:
             while True:
                 sock, _ = listener.accept()
-                gevent.spawn(_answer, sock, stats)
+                gevent.spawn(_answer, sock, stats, console)
         finally:
             listener.close()
 
     return gevent.spawn(accept_loop)
 
 
-def _answer(sock: gsocket.socket, stats: Callable[[], Answer]) -> None:
+def _answer(sock: gsocket.socket, stats: Callable[[], Answer],
+            console: Optional[Callable[[List[Any]], Answer]] = None) -> None:
     try:
         sock.settimeout(REQUEST_TIMEOUT)
         unpacker = msgpack.Unpacker(raw=False, max_buffer_size=MAX_REQUEST)
@@ -90,7 +96,7 @@ def _answer(sock: gsocket.socket, stats: Callable[[], Answer]) -> None:
                 return
             unpacker.feed(data)
             for request in unpacker:
-                sock.sendall(msgpack.packb(_handle(request, stats), use_bin_type=True))
+                sock.sendall(msgpack.packb(_handle(request, stats, console), use_bin_type=True))
                 return
     except (OSError, ValueError, msgpack.UnpackException) as err:
         log.debug("control request failed: %s", err)
@@ -98,7 +104,14 @@ def _answer(sock: gsocket.socket, stats: Callable[[], Answer]) -> None:
         sock.close()
 
 
-def _handle(request: object, stats: Callable[[], Answer]) -> Answer:
+def _handle(request: object, stats: Callable[[], Answer],
+            console: Optional[Callable[[List[Any]], Answer]] = None) -> Answer:
+    if console is not None and isinstance(request, list) and request and request[0] == "console":
+        try:
+            return console(request)
+        except Exception as err:   # a bug must cost this request only
+            log.exception("console request %.100r failed", request)
+            return {"error": f"console request failed: {type(err).__name__}", "status": 500}
     if not (isinstance(request, list) and request and request[0] == "stats"):
         return {"error": f"unknown request {request!r:.100}; expected [\"stats\"]"}
     try:

@@ -798,7 +798,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit(EXIT_REFUSED)
     if not args.no_metrics:
         shard.stats.attach(shard.engine)   # from here on; replaying the log counted nothing
-    serve_control(control_path(args.socket), lambda: shard.stats.snapshot(shard))
+    from .console import ShardConsole   # the web console's requests (queueserver/console)
+    serve_control(control_path(args.socket), lambda: shard.stats.snapshot(shard), ShardConsole(shard).handle)
     stop = stop_event()
     settle_gc()
     server = gevent.spawn(shard.serve)

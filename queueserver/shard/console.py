@@ -1,0 +1,382 @@
+"""A shard's side of the web console: the ``["console", ...]`` requests of
+its control socket (:mod:`queueserver.metrics.control`), answered in the
+shard's loop.
+
+Each request runs in a greenlet of its own (the control socket spawns one
+per asker) and reads the engine a bounded piece per loop turn (see
+:mod:`queueserver.engine.browse`): a page is at most
+:data:`~queueserver.engine.browse.MAX_LIMIT` jobs from an offset below
+:data:`~queueserver.engine.browse.MAX_OFFSET`, and any scan over the
+shard's jobs yields after every :data:`~queueserver.engine.browse.SCAN_CHUNK`.
+
+The requests (msgpack arrays; every answer is a map, ``{"error": message,
+"status": HTTP status}`` when it fails; times are µs)::
+
+    ["console", "queues"]                     every queue: depth by state, oldest ready,
+                                              counters, protocols that used it
+    ["console", "counters"]                   name -> [added, completed, failed] (rates)
+    ["console", "jobs", queue, state, offset, limit]
+    ["console", "job", id]                    {"job": detail or None, ...}
+    ["console", "number", number]             the same, by goqueue/takeanumber number
+    ["console", "delete", id, who]            {"ok", "message", "count", "queue"}
+    ["console", "requeue", id, who]
+    ["console", "purge", queue, who]
+    ["console", "shard"]                      jobs, queues, slots, moves, links
+
+The three actions change state as client requests do, through the engine
+and the shard's log (a durable shard answers once the change is on disk),
+named in the job history as protocol ``console`` and connection ``who``,
+and logged at INFO: ``console: <who> deleted job <id> from <queue>``.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
+
+import gevent
+from gevent.event import AsyncResult
+
+from ..engine import browse
+from ..engine import job as J
+from ..engine.effects import Effects, Event
+from ..engine.job import Job
+from ..engine.status import NOT_FOUND, OK, SERVER_ERROR, Reply
+
+if TYPE_CHECKING:
+    from .shard import Shard
+
+log = logging.getLogger("queueserver.shard")
+
+#: Seconds an action waits for the shard's log to hold its change.
+DURABLE_TIMEOUT = 20.0
+#: Jobs a purge deletes per loop turn.
+PURGE_BATCH = 500
+#: Queues one ``queues`` answer lists (the busiest, by jobs held; the rest are counted).
+MAX_QUEUES = 5000
+#: Protocols, as a queue's bitmask of those that used it (bit i: PROTOCOLS[i]).
+PROTOCOLS = ("workq", "takeanumber", "goqueue", "queued", "taskflux")
+_BITS = {name: 1 << i for i, name in enumerate(PROTOCOLS)}
+#: Queues whose protocols are remembered (past that, the record starts over).
+MAX_USES = 200_000
+
+Answer = Dict[str, Any]
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class Failed(Exception):
+    """A console request that fails: its message and HTTP status."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+class QueueUses:
+    """Which protocols' clients used each queue: a bitmask per queue name,
+    set by :meth:`note` (a dict lookup when the bit is set already)."""
+
+    def __init__(self) -> None:
+        self.bits: Dict[str, int] = {}
+
+    def note(self, name: str, protocol: str) -> None:
+        bit = _BITS.get(protocol, 0)
+        bits = self.bits
+        old = bits.get(name, 0)
+        if not old & bit:
+            if not old and len(bits) >= MAX_USES:
+                bits.clear()
+            bits[name] = old | bit
+
+    def of(self, name: str) -> List[str]:
+        mask = self.bits.get(name, 0)
+        return [p for p in PROTOCOLS if mask & _BITS[p]]
+
+
+def _yield() -> None:
+    gevent.sleep(0)
+
+
+class ShardConsole:
+    """The console requests of one shard (see the module's docstring)."""
+
+    def __init__(self, shard: "Shard") -> None:
+        self.shard = shard
+        self.uses = QueueUses()
+        self._handlers: Dict[str, Callable[..., Answer]] = {
+            "queues": self.queues, "counters": self.counters, "jobs": self.jobs, "job": self.job,
+            "number": self.number, "delete": self.delete, "requeue": self.requeue, "purge": self.purge,
+            "shard": self.shard_view,
+        }
+
+    def handle(self, request: Sequence[Any]) -> Answer:
+        """One ``["console", op, *args]`` request's answer."""
+        if len(request) < 2 or not isinstance(request[1], str) or request[1] not in self._handlers:
+            return {"error": f"unknown console request {list(request)!r:.100}", "status": 400}
+        try:
+            return self._handlers[request[1]](*request[2:])
+        except Failed as err:
+            return {"error": err.message, "status": err.status}
+        except TypeError as err:   # the wrong arguments
+            return {"error": f"bad console request {request[1]}: {err}", "status": 400}
+
+    # ------------------------------------------------------------- reading
+    def _leased_counts(self) -> Dict[str, int]:
+        """Leased jobs by queue: the statistics count them (when attached);
+        else one chunked scan over the shard's jobs."""
+        stats = self.shard.stats
+        if stats.engine is self.shard.engine:
+            out = {name: row[5] for name, row in stats.rows.items() if row[5]}
+            return out
+        counts: Dict[str, List[int]] = {}
+        jobs = self.shard.engine.jobs
+        ids = list(jobs)
+        for start in range(0, len(ids), browse.SCAN_CHUNK):
+            browse.count_states((jobs[id] for id in ids[start:start + browse.SCAN_CHUNK] if id in jobs),
+                                counts)
+            _yield()
+        return {name: c[0] for name, c in counts.items()}
+
+    def queues(self) -> Answer:
+        engine, stats = self.shard.engine, self.shard.stats
+        leased = self._leased_counts()
+        queues = engine.queues
+        names = list(queues)
+        truncated = 0
+        if len(names) > MAX_QUEUES:
+            names.sort(key=lambda n: -queues[n].jobs)
+            truncated = len(names) - MAX_QUEUES
+            names = names[:MAX_QUEUES]
+        requeued = stats.ready_since
+        rows = stats.rows
+        out: Dict[str, Any] = {}
+        for i, name in enumerate(names):
+            queue = queues.get(name)
+            if queue is None:   # gone while this yielded
+                continue
+            row = browse.queue_depth(queue, leased.get(name, 0), requeued)
+            counters = rows.get(name)
+            row["added"], row["completed"], row["failed"] = (
+                (counters[0], counters[2], counters[3]) if counters is not None else (0, 0, 0))
+            row["protocols"] = self.uses.of(name)
+            out[name] = row
+            if i % 1000 == 999:
+                _yield()
+        return {"shard": self.shard.index, "now": now_us(), "queues": out, "truncated": truncated}
+
+    def counters(self) -> Answer:
+        stats = self.shard.stats
+        totals = stats.totals()
+        return {"shard": self.shard.index, "now": now_us(),
+                "rows": {name: [row[0], row[2], row[3]] for name, row in stats.rows.items()},
+                "totals": [totals[0], totals[2], totals[3]]}
+
+    def jobs(self, name: str, state: str, offset: int, limit: int) -> Answer:
+        engine = self.shard.engine
+        queue = engine.queues.get(name)
+        if queue is None:
+            raise Failed(f"no queue {name!r} here", 404)
+        if state not in browse.STATES:
+            raise Failed(f"no state {state!r}: one of {', '.join(browse.STATES)}", 400)
+        limit = max(1, min(int(limit), browse.MAX_LIMIT))
+        offset = max(0, min(int(offset), browse.MAX_OFFSET))
+        now = now_us()
+        if state in (browse.READY, browse.SCHEDULED):
+            rows, total = browse.line_page(queue, state, offset, limit, now)
+            return {"now": now, "total": total, "jobs": rows}
+        depth = browse.queue_depth(queue, self._leased_counts().get(name, 0))
+        total = depth[state]
+        if offset >= total:
+            return {"now": now, "total": total, "jobs": []}
+        stats = self.shard.stats
+        # Leased jobs: the statistics know which they are (fewer to look at).
+        ids = list(stats.leased) if state == browse.LEASED and stats.engine is engine else list(engine.jobs)
+        rows = browse.match_jobs(engine.jobs, ids, browse.wanted(name, state), offset, limit, now,
+                                 between=_yield)
+        return {"now": now, "total": total, "jobs": rows}
+
+    def _find(self, id: str) -> Optional[Job]:
+        return self.shard.engine.jobs.get(id)
+
+    def _find_number(self, number: int) -> Optional[Job]:
+        engine = self.shard.engine
+        if engine.by_number is not None:
+            return engine.by_number.get(number)
+        return browse.find_number(engine.jobs, list(engine.jobs), number, between=_yield)
+
+    def _detail(self, job: Optional[Job]) -> Answer:
+        shard = self.shard
+        history = shard.history
+        answer: Answer = {"shard": shard.index, "now": now_us(), "job": None,
+                          "history_dir": history.directory if history is not None else None}
+        if job is None:
+            return answer
+        detail = browse.job_detail(job, answer["now"])
+        owner = shard.engine._owner_of.get(job.id) if job.state == J.LEASED else None
+        if owner is not None:   # (channel, connection id): a lease that ends with its connection
+            channel, conn = owner
+            detail["owner"] = f"{'direct' if channel < 0 else 'channel ' + str(channel)} connection {conn}"
+        answer["job"] = detail
+        return answer
+
+    def job(self, id: str) -> Answer:
+        return self._detail(self._find(str(id)))
+
+    def number(self, number: int) -> Answer:
+        return self._detail(self._find_number(int(number)))
+
+    def shard_view(self) -> Answer:
+        shard = self.shard
+        engine = shard.engine
+        answer: Answer = {"shard": shard.index, "jobs": len(engine.jobs), "queues": len(engine.queues),
+                          "slots": None, "links": [], "name": str(shard.index)}
+        if engine.slots is not None:
+            answer["slots"] = engine.slots.summary()
+        cluster = shard.cluster
+        if cluster is not None:
+            answer["name"] = cluster.me.name
+        if shard.peers is not None:
+            answer["links"] = [[ordinal, bool(link.up)] for ordinal, link in sorted(shard.peers.links.items())]
+        return answer
+
+    # ------------------------------------------------------------- actions
+    def _settled(self, reply: Reply) -> Reply:
+        """``reply`` once the shard's log holds every change made before it."""
+        shard = self.shard
+        if shard.durability is None:
+            return reply
+        result: "AsyncResult[Reply]" = AsyncResult()
+        shard.answer(result.set, reply)
+        shard.schedule_after_batch()
+        try:
+            settled = result.get(timeout=DURABLE_TIMEOUT)
+        except gevent.Timeout:
+            settled = None
+        if settled is None:
+            raise Failed("the shard's log did not confirm the change in time", 503)
+        return settled
+
+    def _execute(self, op: str, args: Sequence[Any], who: str) -> Reply:
+        reply = self.shard.execute(op, args, None, ("console", who))
+        assert reply is not None   # no token: never parked
+        self.shard.schedule_after_batch()
+        return reply
+
+    def _step(self, events: List[Event], who: str, entry: Optional[Job] = None) -> None:
+        """A console state change that no request makes (:func:`browse.console_step`):
+        logged and taken in like a request's, its history naming the console."""
+        shard = self.shard
+        if shard.stopping:
+            raise Failed("the shard is stopping", 503)
+        if shard.durability is not None and shard.durability.refusal("retry") is not None:
+            raise Failed("the shard's log cannot be written now", 503)
+        now = now_us()
+        fx = browse.console_step(shard.engine, events, now)
+        kept = [id for id in fx.forgotten if id not in shard.engine.jobs]   # a job made anew stays at its home
+        fx.forgotten = kept
+        shard._take(fx)
+        self._history(fx, now, who, entry)
+        shard.schedule_after_batch()
+
+    def _history(self, fx: Effects, now: int, who: str, requeued: Optional[Job]) -> None:
+        history = self.shard.history
+        if history is None or fx.history is None:
+            return
+        entries = list(fx.history)
+        if requeued is not None:   # a failed job made anew: "retried", by the console
+            job = self.shard.engine.jobs.get(requeued.id)
+            if job is not None:
+                entries.append(("retry", job.id, job.name, job.number, job.attempts, job.priority,
+                                len(job.payload), job.state, None))
+        context = ("console", who)
+        history.record(entries, now, context, lambda token: context)
+
+    def _job_or_fail(self, id: str) -> Job:
+        job = self._find(str(id))
+        if job is None:
+            raise Failed(f"no job {id} here", 404)
+        return job
+
+    def delete(self, id: str, who: str) -> Answer:
+        job = self._job_or_fail(id)
+        name = job.name
+        reply = self._settled(self._execute("delete", (job.id,), who))
+        if reply[0] == NOT_FOUND:
+            raise Failed(f"no job {id} here", 404)
+        if reply[0] != OK:
+            raise Failed(f"the shard refused: {reply[1]}", 503 if reply[0] == SERVER_ERROR else 400)
+        log.info("console: %s deleted job %s from %s", who, job.id, name)
+        return {"ok": True, "message": f"deleted job {job.id} from {name}", "count": 1, "queue": name}
+
+    def requeue(self, id: str, who: str) -> Answer:
+        job = self._job_or_fail(id)
+        name, state = job.name, job.state
+        if state == J.LEASED:
+            self._step(browse.release_events(job, now_us()), who)
+            what = "leased"
+        elif state == J.FAILED:
+            self._step(browse.requeue_events(job), who, job)
+            what = "failed"
+        else:
+            raise Failed(f"job {job.id} is {browse.state_of(job)}"
+                         f"{' (completed)' if state == J.COMPLETED else ''}: only a failed or a leased "
+                         f"job can be requeued", 400)
+        reply = self._settled([OK, None])
+        if reply[0] != OK:
+            raise Failed(f"the shard's log failed: {reply[1]}", 503)
+        log.info("console: %s requeued %s job %s in %s", who, what, job.id, name)
+        return {"ok": True, "message": f"requeued {what} job {job.id} in {name}", "count": 1, "queue": name}
+
+    def _batch(self, name: str) -> List[str]:
+        """Up to :data:`PURGE_BATCH` ids of queue ``name``'s jobs: from its
+        lines first, then (once they are empty) by a scan."""
+        engine = self.shard.engine
+        queue = engine.queues.get(name)
+        if queue is None:
+            return []
+        ids = [job.id for job in queue.ready.islice(0, PURGE_BATCH)]
+        if len(ids) < PURGE_BATCH:
+            ids += [job.id for job in queue.scheduled.islice(0, PURGE_BATCH - len(ids))]
+        if ids or not queue.jobs:
+            return ids
+        jobs = engine.jobs
+        every = list(jobs)
+        for start in range(0, len(every), browse.SCAN_CHUNK):
+            for id in every[start:start + browse.SCAN_CHUNK]:
+                job = jobs.get(id)
+                if job is not None and job.name == name:
+                    ids.append(id)
+                    if len(ids) >= PURGE_BATCH:
+                        return ids
+            _yield()
+        return ids
+
+    def purge(self, name: str, who: str) -> Answer:
+        engine = self.shard.engine
+        queue = engine.queues.get(name)
+        if queue is None:
+            raise Failed(f"no queue {name!r} here", 404)
+        budget = queue.jobs   # what it held when asked: jobs added meanwhile may stay
+        count = 0
+        last: Reply = [OK, None]
+        while count < budget:
+            ids = self._batch(name)[:budget - count]
+            if not ids:
+                break
+            for id in ids:
+                if id in engine.jobs:
+                    reply = self._execute("delete", (id,), who)
+                    if reply[0] == OK:
+                        count += 1
+                    elif reply[0] == SERVER_ERROR:
+                        raise Failed(f"purge of {name} stopped after {count} jobs: {reply[1]}", 503)
+            last = self._settled([OK, None])
+            if last[0] != OK:
+                raise Failed(f"purge of {name} stopped after {count} jobs: {last[1]}", 503)
+            _yield()
+        log.info("console: %s purged %d jobs from %s", who, count, name)
+        return {"ok": True, "message": f"purged {count} jobs from {name}", "count": count, "queue": name}

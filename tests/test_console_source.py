@@ -1,0 +1,198 @@
+"""The console's data source against real servers: jobs added over workq and
+takeanumber (raw sockets, as clients send them) are seen, paged, found by id
+and by number, deleted, requeued and purged through
+:class:`queueserver.console.source.ConsoleSource`, built on the server's
+runtime directory as the supervisor builds it; bad input is a ConsoleError
+with its HTTP status; a delete on a durable server survives a restart."""
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+from queueserver.config import Config
+from queueserver.console.errors import BadRequest, NotFound
+from queueserver.console.model import MAX_PER_PAGE
+from queueserver.console.source import ConsoleSource
+
+from serverproc import ServerProcess, wait_for
+from test_text_protocols_server import TextWire, added_id
+from wire import Wire, add, inspect_field, new_id, qname
+
+SHARDS = 2
+
+
+def source_for(proc: ServerProcess, **settings) -> ConsoleSource:
+    config = Config(shards=proc.shards)
+    for key, value in settings.items():
+        setattr(config, key, value)
+    return ConsoleSource(config, lambda name: os.path.join(str(proc.runtime_dir), name))
+
+
+@pytest.fixture(scope="module")
+def server():
+    proc = ServerProcess(shards=SHARDS, protocols=["workq", "takeanumber"]).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def source(server):
+    src = source_for(server)
+    yield src
+    src.close()
+
+
+@pytest.fixture
+def wq(server):
+    w = Wire(server.connect("workq"))
+    yield w
+    w.close()
+
+
+@pytest.fixture
+def tan(server):
+    w = TextWire(server.connect("takeanumber"), b"\r\n")
+    yield w
+    w.close()
+
+
+def by_name(rows):
+    return {row["name"]: row for row in rows}
+
+
+def test_queues_show_depth_by_state(source, wq, tan):
+    q, t = qname("wq"), qname("tan")
+    ids = [new_id() for _ in range(3)]
+    for id in ids:
+        assert wq.call(add(id, q)) == b"+OK\r\n"
+    assert wq.call(f"lease {q} 1000\r\n".encode()).startswith(b"+OK 1\r\n")
+    tan_id = added_id(tan.call(f"ADD {t} 0 hello\r\n".encode()))
+    rows = by_name(source.queues())
+    assert rows[q]["ready"] == 2 and rows[q]["leased"] == 1 and rows[q]["scheduled"] == 0
+    assert rows[q]["finished"] == 0
+    assert rows[q]["oldest_ready_age_s"] is not None and rows[q]["oldest_ready_age_s"] >= 0
+    assert rows[t]["ready"] == 1
+    assert rows[t]["shard"] in range(SHARDS)
+    assert source.job(tan_id)["job"]["queue"] == t
+
+
+def test_jobs_pages_and_states(source, wq):
+    q = qname()
+    ids = [new_id() for _ in range(7)]
+    for id in ids:
+        wq.call(add(id, q))
+    page = source.jobs(q, "ready", page=1, per_page=3)
+    assert page["total"] == 7 and page["pages"] == 3 and page["per_page"] == 3
+    assert [job["id"] for job in page["jobs"]] == ids[:3]
+    last = source.jobs(q, "ready", page=3, per_page=3)
+    assert [job["id"] for job in last["jobs"]] == ids[6:]
+    # leased and finished jobs are found by scanning
+    assert wq.call(f"lease {q} 1000\r\n".encode()).startswith(f"+OK 1\r\n{ids[0]}".encode())
+    leased = source.jobs(q, "leased")
+    assert [job["id"] for job in leased["jobs"]] == [ids[0]] and leased["total"] == 1
+    assert leased["jobs"][0]["ttr_left_s"] is not None and 0 < leased["jobs"][0]["ttr_left_s"] <= 10
+    assert wq.call(f"complete {ids[0]} 2\r\nok\r\n".encode()) == b"+OK\r\n"
+    finished = source.jobs(q, "finished")
+    assert [job["id"] for job in finished["jobs"]] == [ids[0]]
+    assert source.jobs(q, "scheduled")["total"] == 0
+
+
+def test_a_huge_page_is_cut_and_deep_pages_are_refused(source, wq):
+    q = qname()
+    for _ in range(MAX_PER_PAGE + 5):
+        wq.send(add(new_id(), q))
+    for _ in range(MAX_PER_PAGE + 5):
+        assert wq.reply() == b"+OK\r\n"
+    page = source.jobs(q, "ready", page=1, per_page=1_000_000)
+    assert page["per_page"] == MAX_PER_PAGE and len(page["jobs"]) == MAX_PER_PAGE
+    assert page["total"] == MAX_PER_PAGE + 5 and page["pages"] == 2
+    with pytest.raises(BadRequest):
+        source.jobs(q, "ready", page=1_000_000, per_page=100)
+    with pytest.raises(BadRequest):
+        source.jobs(q, "ready", page=3, per_page=100)   # past the last page
+    with pytest.raises(BadRequest):
+        source.jobs(q, "ready", page=0)
+    with pytest.raises(BadRequest):
+        source.jobs(q, "sleeping")
+
+
+def test_unknown_queue_and_malformed_or_missing_ids(source):
+    with pytest.raises(NotFound) as err:
+        source.jobs(qname("nothing"), "ready")
+    assert err.value.status == 404
+    for bad in ("", "not-an-id", "12ab", "7f3c1e0a-5b2d-4c8e-9f10", "-3", "0"):
+        with pytest.raises(BadRequest) as bad_err:
+            source.job(bad)
+        assert bad_err.value.status == 400
+    with pytest.raises(NotFound):
+        source.job(new_id())
+    with pytest.raises(NotFound):
+        source.job("987654321")
+    with pytest.raises(NotFound):
+        source.purge_queue(qname("nothing"), "tester")
+    with pytest.raises(NotFound):
+        source.delete_job(new_id(), "tester")
+
+
+def test_job_detail_by_id_and_by_number(source, wq, tan):
+    q = qname()
+    id = new_id()
+    wq.call(add(id, q, payload=b"\x00\xffbinary"))
+    detail = source.job(id.upper())
+    assert detail["job"]["id"] == id and detail["job"]["state"] == "ready"
+    assert detail["payload_text"] is None and detail["payload_hex"] == b"\x00\xffbinary".hex()
+    assert detail["payload_size"] == 8 and detail["shard"] in range(SHARDS)
+    number = detail["job"]["number"]
+    assert number and source.job(str(number))["job"]["id"] == id
+    t = qname()
+    tan_id = added_id(tan.call(f"ADD {t} 0 some text\r\n".encode()))
+    tan_detail = source.job(tan_id)
+    assert tan_detail["payload_text"] == "some text"
+    assert source.job(str(tan_detail["job"]["number"]))["job"]["id"] == tan_id
+    found = source.search(tan_id)
+    assert found["job"] is not None and found["job"]["job"]["id"] == tan_id
+    assert t in source.search(t[-6:])["queues"]
+    assert source.search("no such queue at all")["job"] is None
+
+
+def test_delete_requeue_and_purge(source, wq, caplog):
+    q = qname()
+    ids = [new_id() for _ in range(5)]
+    for id in ids[:4]:
+        wq.call(add(id, q))
+    wq.call(add(ids[4], q, flags="-max-attempts=1"))
+    caplog.set_level(logging.INFO)
+    result = source.delete_job(ids[0], "alice")
+    assert result["ok"] and result["count"] == 1 and ids[0] in result["message"]
+    with pytest.raises(NotFound):
+        source.job(ids[0])
+    # a leased job back to ready
+    assert wq.call(f"lease {q} 1000\r\n".encode()).startswith(f"+OK 1\r\n{ids[1]}".encode())
+    assert source.requeue_job(ids[1], "alice")["ok"]
+    assert source.job(ids[1])["job"]["state"] == "ready"
+    assert inspect_field(wq, ids[1], "state") == b"3"
+    # a failed job back to ready, with its attempts anew
+    wq.call(f"delete {ids[1]}\r\n".encode())
+    wq.call(f"delete {ids[2]}\r\n".encode())
+    wq.call(f"delete {ids[3]}\r\n".encode())
+    assert wq.call(f"lease {q} 1000\r\n".encode()).startswith(f"+OK 1\r\n{ids[4]}".encode())
+    assert wq.call(f"fail {ids[4]} 3\r\nbad\r\n".encode()) == b"+OK\r\n"
+    assert source.job(ids[4])["job"]["state"] == "finished"
+    assert source.requeue_job(ids[4], "bob")["ok"]
+    assert source.job(ids[4])["job"]["state"] == "ready"
+    assert source.job(ids[4])["job"]["attempts"] == 0
+    assert wq.call(f"lease {q} 1000\r\n".encode()).startswith(f"+OK 1\r\n{ids[4]}".encode())
+    assert source.requeue_job(ids[4], "bob")["ok"]   # leased: back to ready
+    with pytest.raises(BadRequest):   # a ready job is not requeued
+        source.requeue_job(ids[4], "bob")
+    # purge: every job of the queue, whatever its state
+    more = [new_id() for _ in range(1200)]
+    for id in more:
+        wq.send(add(id, q))
+    for _ in more:
+        assert wq.reply() == b"+OK\r\n"
+    purged = source.purge_queue(q, "carol")
+    assert purged["ok"] and purged["count"] == 1201, purged
+    assert by_name(source.queues()).get(q, {"ready": 0})["ready"] == 0
