@@ -75,6 +75,9 @@ def test_queues_show_depth_by_state(source, wq, tan):
     assert rows[q]["oldest_ready_age_s"] is not None and rows[q]["oldest_ready_age_s"] >= 0
     assert rows[t]["ready"] == 1
     assert rows[t]["shard"] in range(SHARDS)
+    assert rows[q]["protocols"] == ["workq"] and rows[t]["protocols"] == ["takeanumber"]
+    tan.call(f"LEN {q}\r\n".encode())   # a takeanumber client uses the workq queue too
+    assert by_name(source.queues())[q]["protocols"] == ["takeanumber", "workq"]
     assert source.job(tan_id)["job"]["queue"] == t
 
 

@@ -62,6 +62,7 @@ import msgpack
 from ..config import DEFAULT_METRICS_PORT, Config
 from ..engine.browse import MAX_OFFSET
 from ..metrics.control import ask
+from .uses import merge
 from .errors import BadRequest, ConsoleError, Forbidden, NotFound, Unavailable
 from .model import (MAX_PER_PAGE, STATES, ActionResult, ClusterView, JobDetail, JobPage, JobRow, Lease,
                     LinkView, NodeInfo, QueueRow, RatePoint, SearchResult, ShardView)
@@ -194,6 +195,7 @@ class ConsoleSource:
         self.runtime_file = runtime_file
         self.node = config.node or ""
         self.shard_paths: Dict[int, str] = {i: runtime_file(f"shard-{i}.ctl") for i in range(config.shards)}
+        self.router_paths: Dict[int, str] = {i: runtime_file(f"router-{i}.ctl") for i in range(config.routers)}
         #: rate samples, oldest first: (unix time, node rates, queue -> rates of the queues that moved)
         self._samples: Deque[Tuple[float, Tuple[float, float, float], Dict[str, Tuple[float, float, float]]]] \
             = deque(maxlen=KEEP_SAMPLES)
@@ -301,8 +303,22 @@ class ConsoleSource:
         with self._lock:
             return dict(self._samples[-1][2]) if self._samples else {}
 
+    @staticmethod
+    def _router_uses(path: str) -> Dict[str, Any]:
+        """Which protocols used each queue, as one router saw it ({} if it does not answer)."""
+        try:
+            answer = ask(path, ["console", "uses"], timeout=READ_TIMEOUT)
+        except (OSError, ValueError, msgpack.UnpackException):
+            return {}
+        uses = answer.get("uses")
+        return uses if isinstance(uses, dict) else {}
+
     def queues(self) -> List[QueueRow]:
+        routers = [self._pool.submit(self._router_uses, path) for path in self.router_paths.values()]
         answers = self._ask_all(["console", "queues"])
+        uses: Dict[str, List[str]] = {}
+        for future in routers:
+            merge(uses, future.result())
         if all(a is None for a in answers.values()):
             raise Unavailable("no shard answered")
         rates = self._latest_rates()
@@ -318,7 +334,7 @@ class ConsoleSource:
                              "scheduled": q["scheduled"], "leased": q["leased"], "finished": q["finished"],
                              "added_per_s": added, "completed_per_s": completed, "failed_per_s": failed,
                              "oldest_ready_age_s": None if oldest is None else max(0.0, (now - oldest) / 1e6),
-                             "protocols": list(q["protocols"])})
+                             "protocols": sorted(set(q["protocols"]) | set(uses.get(name, ())))})
         rows.sort(key=lambda row: row["name"])
         return rows
 

@@ -52,6 +52,7 @@ from .jobcache import JobCache
 from .fanout import FirstFound, Gather, SpreadLease, ignore
 from ..lifecycle import die_with_supervisor, settle_gc, setup_logging, stop_event
 from .shardlink import Address, Auth, Context, ShardLink
+from ..console.uses import Uses, note_use
 from ..numbers import NumberFile
 
 if TYPE_CHECKING:
@@ -127,6 +128,8 @@ class Router:
         self.history = history
         #: the client behind the request being routed, when shards keep a history
         self._context: List[Context] = [None]
+        #: queue -> the protocols whose clients used it here (the console's overview)
+        self.queue_uses: Uses = {}
         self.index = index
         #: how this router is known to shards (and in client ids of the history)
         self.key: Union[int, str] = index
@@ -370,6 +373,16 @@ class Router:
         """Route a client's ``command``; returns what :meth:`withdraw` needs if
         the client leaves. A lease over a protocol whose leases end with the
         connection is owned by it, and the shard told when it closes."""
+        route = command.route
+        if route == BY_NAME:   # which protocols use the queue (the console's overview)
+            seen = self.queue_uses.get(command.key)
+            if seen is None or connection.protocol not in seen:
+                note_use(self.queue_uses, command.key, connection.protocol)
+        elif route == BY_NAMES:
+            for name in command.key:
+                seen = self.queue_uses.get(name)
+                if seen is None or connection.protocol not in seen:
+                    note_use(self.queue_uses, name, connection.protocol)
         if self.history and command.op in _HISTORY_OPS:
             self._context[0] = (connection.protocol, f"{self.key}-{connection.origin}")
             try:
@@ -654,7 +667,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     if control:
         from ..metrics.control import serve_control
         from .stats import router_stats
-        serve_control(control, lambda: router_stats(router))
+        from ..console.uses import router_answer
+        serve_control(control, lambda: router_stats(router), lambda request: router_answer(router.queue_uses, request))
     if config.get("ready_file"):
         with open(config["ready_file"], "w") as f:
             f.write(str(os.getpid()))

@@ -54,12 +54,6 @@ DURABLE_TIMEOUT = 20.0
 PURGE_BATCH = 500
 #: Queues one ``queues`` answer lists (the busiest, by jobs held; the rest are counted).
 MAX_QUEUES = 5000
-#: Protocols, as a queue's bitmask of those that used it (bit i: PROTOCOLS[i]).
-PROTOCOLS = ("workq", "takeanumber", "goqueue", "queued", "taskflux")
-_BITS = {name: 1 << i for i, name in enumerate(PROTOCOLS)}
-#: Queues whose protocols are remembered (past that, the record starts over).
-MAX_USES = 200_000
-
 Answer = Dict[str, Any]
 
 
@@ -76,27 +70,6 @@ class Failed(Exception):
         self.status = status
 
 
-class QueueUses:
-    """Which protocols' clients used each queue: a bitmask per queue name,
-    set by :meth:`note` (a dict lookup when the bit is set already)."""
-
-    def __init__(self) -> None:
-        self.bits: Dict[str, int] = {}
-
-    def note(self, name: str, protocol: str) -> None:
-        bit = _BITS.get(protocol, 0)
-        bits = self.bits
-        old = bits.get(name, 0)
-        if not old & bit:
-            if not old and len(bits) >= MAX_USES:
-                bits.clear()
-            bits[name] = old | bit
-
-    def of(self, name: str) -> List[str]:
-        mask = self.bits.get(name, 0)
-        return [p for p in PROTOCOLS if mask & _BITS[p]]
-
-
 def _yield() -> None:
     gevent.sleep(0)
 
@@ -106,7 +79,6 @@ class ShardConsole:
 
     def __init__(self, shard: "Shard") -> None:
         self.shard = shard
-        self.uses = QueueUses()
         self._handlers: Dict[str, Callable[..., Answer]] = {
             "queues": self.queues, "counters": self.counters, "jobs": self.jobs, "job": self.job,
             "number": self.number, "delete": self.delete, "requeue": self.requeue, "purge": self.purge,
@@ -153,6 +125,7 @@ class ShardConsole:
             names = names[:MAX_QUEUES]
         requeued = stats.ready_since
         rows = stats.rows
+        uses = self.shard.direct.queue_uses   # the direct path's; the routers answer for theirs
         out: Dict[str, Any] = {}
         for i, name in enumerate(names):
             queue = queues.get(name)
@@ -162,7 +135,7 @@ class ShardConsole:
             counters = rows.get(name)
             row["added"], row["completed"], row["failed"] = (
                 (counters[0], counters[2], counters[3]) if counters is not None else (0, 0, 0))
-            row["protocols"] = self.uses.of(name)
+            row["protocols"] = list(uses.get(name, ()))
             out[name] = row
             if i % 1000 == 999:
                 _yield()

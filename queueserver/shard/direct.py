@@ -24,6 +24,7 @@ from ..net.handoff import Gone, HandoffChannel, Move
 from ..net.hangups import HangupWatch
 from ..protocols import codec_class
 from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command, StreamCodec
+from ..console.uses import Uses, note_use
 
 if TYPE_CHECKING:
     from .shard import Shard
@@ -49,6 +50,8 @@ class DirectServer:
         self.hangups = HangupWatch()
         self.clients = 0
         self._callbacks: Dict[Token, Callable[[Reply], None]] = {}   # parked requests
+        #: queue -> the protocols whose clients used it on this direct path (the console's overview)
+        self.queue_uses: Uses = {}
         self._ids = itertools.count(1)
         self._requests = itertools.count(1)
         #: connection id -> (the handoff socket it came by, its router's index, its codec options)
@@ -101,6 +104,16 @@ class DirectServer:
         elif command.op == "lease" and connection.codec.leases_end_with_connection:
             args = (*args, connection.id)
             connection.owned = True
+        route = command.route
+        if route == BY_NAME:   # which protocols use the queue (the console's overview)
+            seen = self.queue_uses.get(command.key)
+            if seen is None or connection.protocol not in seen:
+                note_use(self.queue_uses, command.key, connection.protocol)
+        elif route == BY_NAMES:
+            for name in command.key:
+                seen = self.queue_uses.get(name)
+                if seen is None or connection.protocol not in seen:
+                    note_use(self.queue_uses, name, connection.protocol)
         token = (-connection.id, next(self._requests))
         context = None
         if self.shard.history is not None:
