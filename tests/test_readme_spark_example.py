@@ -1,12 +1,12 @@
-"""The README's DataFrame writer example runs as written, as a user runs it.
+"""The documented DataFrame writer example runs as written, as a user runs it.
 
-The one ``python`` code block of the README's "Job history and Spark"
-section is saved as a script and run in a fresh venv the way a user would
+The one ``python`` code block of docs/history-and-spark.md (its "DataFrame
+→ queue" section) is saved as a script and run in a fresh venv the way a user would
 run it: by the venv's python, from another directory, with the venv NOT on
 ``PATH`` (so a bare ``python3`` there is another Python, without
 queueserver) and none of the suite's ``PYSPARK_*``/``SPARK_*`` settings.
 Its rows must then be jobs on a real server. The only change made to the
-code is the server's port: the README's server listens on workq's default,
+code is the server's port: the page's server listens on workq's default,
 this one on a free port.
 
 The fresh venv gets no download: a ``.pth`` file shows it the checkout and
@@ -29,17 +29,18 @@ from queueserver.spark import job_id
 from serverproc import ServerProcess
 
 REPO = Path(__file__).resolve().parents[1]
-README = REPO / "README.md"
-SECTION = "## Job history and Spark"
+PAGE = REPO / "docs" / "history-and-spark.md"
+SECTION = "## DataFrame → queue"
 
 
-def readme_example() -> str:
-    """The code of the section's only ``python`` block."""
-    text = README.read_text()
+def documented_example() -> str:
+    """The code of the page's only ``python`` block, which is in its DataFrame section."""
+    text = PAGE.read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```$", text, re.S | re.M)
+    assert len(blocks) == 1, f"expected one python block in {PAGE.name}, found {len(blocks)}"
     section = text[text.index(SECTION):]
-    section = section[:section.find("\n## ", len(SECTION))]
-    blocks = re.findall(r"^```python\n(.*?)^```$", section, re.S | re.M)
-    assert len(blocks) == 1, f"expected one python block in {SECTION!r}, found {len(blocks)}"
+    end = section.find("\n## ", len(SECTION))
+    assert blocks[0] in (section if end < 0 else section[:end]), f"the example is not under {SECTION!r}"
     return blocks[0]
 
 
@@ -75,8 +76,8 @@ def drain(port: int, queue: str) -> List[tuple]:
             client.complete(job.id)
 
 
-def test_the_readme_writer_example_runs_as_written(tmp_path):
-    code = readme_example()
+def test_the_documented_writer_example_runs_as_written(tmp_path):
+    code = documented_example()
     default = str(DEFAULT_PORTS["workq"])
     assert code.count(default) == 1, f"the example names the workq port {default} once"
     queue = re.search(r'option\("queue", "([^"]+)"\)', code).group(1)

@@ -1,15 +1,17 @@
-"""The README says what is true of the code it describes.
+"""The README and the reference in docs/ say what is true of the code they describe.
 
 Checked against the real thing: the usage lines and every long option that
-``queueserver [<command>] --help`` prints (run as real processes), every key
-the configuration accepts, the Makefile's ``run`` recipe; and none of the
-statements that became untrue (no durability, slot moves not built, a
-``pip install queueserver`` of a package nobody published) nor references to
-documents a reader does not have. The prerequisites a newcomer needs are
-stated, and the README still opens with its two commands.
+``queueserver [<command>] --help`` prints (run as real processes) and every
+key the configuration accepts, in docs/configuration.md; the Makefile's
+``run`` recipe, in the README; and none of the statements that became
+untrue (no durability, slot moves not built, a ``pip install queueserver``
+of a package nobody published) nor references to documents a reader does
+not have, in the README or any page of docs/. The prerequisites a newcomer
+needs are stated in the README, which still opens with its two commands.
 
-``QS_README=/path/to/README.md`` checks another copy (e.g. an older one:
-``git show 7dd9584:README.md > /tmp/old_readme.md``), which must fail.
+``QS_README=/path/to/README.md`` and ``QS_DOCS=/path/to/docs`` check other
+copies (e.g. an older README: ``git show 7dd9584:README.md >
+/tmp/old_readme.md``, which must fail).
 """
 from __future__ import annotations
 
@@ -28,6 +30,11 @@ from queueserver.protocols import DEFAULT_PORTS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = Path(os.environ.get("QS_README", ROOT / "README.md"))
+DOCS = Path(os.environ.get("QS_DOCS", ROOT / "docs"))
+#: Where the command line and the configuration are described.
+CONFIGURATION = DOCS / "configuration.md"
+#: Every text a reader reads: the README and each page of the reference.
+TEXTS = [README, *sorted(DOCS.glob("*.md"))]
 COMMANDS = ("serve", "worker", "history", "cluster")
 
 OPENING = """```sh
@@ -59,6 +66,12 @@ def readme() -> str:
 
 
 @pytest.fixture(scope="module")
+def reference() -> str:
+    """docs/configuration.md: the commands, their options and every configuration key."""
+    return CONFIGURATION.read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
 def helps() -> Dict[str, str]:
     """What ``queueserver [<command>] --help`` prints, each a real process (run together)."""
     env = {**os.environ, "COLUMNS": "80"}
@@ -83,44 +96,45 @@ def test_opens_with_the_two_commands(readme):
 
 
 @pytest.mark.parametrize("command", ["", *COMMANDS])
-def test_usage_lines_are_the_real_ones(readme, helps, command):
+def test_usage_lines_are_the_real_ones(reference, helps, command):
     usage = helps[command].split("\n\n")[0]
     assert usage.startswith("usage: queueserver"), usage
-    assert squeeze(usage) in squeeze(readme), f"the README lacks the real usage of queueserver {command}:\n{usage}"
+    assert squeeze(usage) in squeeze(reference), \
+        f"{CONFIGURATION.name} lacks the real usage of queueserver {command}:\n{usage}"
 
 
 @pytest.mark.parametrize("command", ["", *COMMANDS])
-def test_every_option_and_subcommand_is_named(readme, helps, command):
+def test_every_option_and_subcommand_is_named(reference, helps, command):
     text = helps[command]
     options = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", text)) - {"--help"}
     assert options or command == "", text
-    missing = sorted(o for o in options if not re.search(re.escape(o) + r"(?![\w-])", readme))
-    assert not missing, f"queueserver {command} --help has options the README never names: {missing}"
+    missing = sorted(o for o in options if not re.search(re.escape(o) + r"(?![\w-])", reference))
+    assert not missing, f"queueserver {command} --help has options {CONFIGURATION.name} never names: {missing}"
     if command == "":
         for sub in COMMANDS:
-            uses = re.findall(rf"\bqueueserver {sub}\b", readme)
+            uses = re.findall(rf"\bqueueserver {sub}\b", reference)
             assert len(uses) >= 2, f"`queueserver {sub}`: in the usage lines and described"
     if command == "cluster":
         actions = re.search(r"\{([a-z,-]+)\}", text).group(1).split(",")
         for action in actions:
-            assert f"cluster {action}" in readme or f"|{action}" in readme, action
+            assert f"cluster {action}" in reference or f"|{action}" in reference, action
 
 
-def test_every_configuration_key_is_in_the_table(readme):
-    table = "\n".join(line for line in readme.splitlines() if line.startswith("| `"))
+def test_every_configuration_key_is_in_the_table(reference):
+    table = "\n".join(line for line in reference.splitlines() if line.startswith("| `"))
     keys = [*SERVER]
     keys += [f"history.{key}" for key in HISTORY]
     keys += [f"<protocol>.{key}" for key in LISTENER]
     keys += [f"metrics.{key}" for key in LISTENER]
     keys += [f"{protocol}.{key}" for protocol, options in CODEC_OPTIONS.items() for key in options]
     missing = [key for key in keys if f"| `{key}` |" not in table]
-    assert not missing, f"configuration keys missing from the README's key table: {missing}"
+    assert not missing, f"configuration keys missing from {CONFIGURATION.name}'s key table: {missing}"
     for section in ("server", *DEFAULT_PORTS, "metrics", "history"):
-        assert f"[{section}]" in readme, section
+        assert f"[{section}]" in reference, section
 
 
-def test_the_full_configuration_example_is_accepted(readme):
-    blocks = [b for b in re.findall(r"```toml\n(.*?)```", readme, re.S) if b.startswith("[server]")]
+def test_the_full_configuration_example_is_accepted(reference):
+    blocks = [b for b in re.findall(r"```toml\n(.*?)```", reference, re.S) if b.startswith("[server]")]
     assert len(blocks) == 1, "one ```toml block of every section, starting with [server]"
     data = tomllib.loads(blocks[0])
     assert {"server", "metrics", "history"} <= set(data), sorted(data)
@@ -134,11 +148,19 @@ def test_make_run_is_described_as_it_runs(readme):
     assert re.search(r"re-shards? (it|the directory)", readme), "a start with another --shards re-shards"
 
 
+@pytest.mark.parametrize("path", TEXTS, ids=lambda path: path.name)
 @pytest.mark.parametrize("pattern", sorted(UNTRUE))
-def test_no_untrue_statement(readme, pattern):
-    found = re.search(pattern, readme, re.I)
-    assert found is None, (f"README line {readme[:found.start()].count(chr(10)) + 1}: "
+def test_no_untrue_statement(path, pattern):
+    text = path.read_text(encoding="utf-8")
+    found = re.search(pattern, text, re.I)
+    assert found is None, (f"{path.name} line {text[:found.start()].count(chr(10)) + 1}: "
                            f"{found.group(0)!r}: {UNTRUE[pattern]}")
+
+
+def test_the_reference_is_there():
+    """The pages the checks above read exist (a missing page would check nothing)."""
+    assert CONFIGURATION.is_file(), CONFIGURATION
+    assert len(TEXTS) >= 10, [path.name for path in TEXTS]
 
 
 def test_prerequisites_and_installing_are_stated(readme):
@@ -146,7 +168,7 @@ def test_prerequisites_and_installing_are_stated(readme):
     assert "## Prerequisites" in readme
     prerequisites = readme[readme.index("## Prerequisites"):]
     prerequisites = prerequisites[:prerequisites.index("\n## ", 4)]
-    assert readme.index("## Prerequisites") < readme.index("## Architecture"), "right after the intro"
+    assert readme.index("## Prerequisites") < readme.index("## A five-minute tour"), "right after the intro"
     assert start < readme.index("## Prerequisites")
     for needed in ("Python 3.11", "python3-venv", "Java 17", "openjdk-17-jre-headless", "PYTHON=",
                    "pip install -e .", "pip install -e '.[spark]'", ".venv/bin/python",
