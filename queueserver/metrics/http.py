@@ -7,10 +7,16 @@ library's :class:`http.server.ThreadingHTTPServer` in one daemon thread
 helper because it binds at once and serves the registry on every path,
 while we need the port bound before the children start (so that a port in
 use is the same one-line start-up error as a protocol's port) and need
-``/status`` beside ``/metrics`` and 404 elsewhere. A request thread asks
+``/status`` beside ``/metrics``. A request thread asks
 the shards and routers (blocking sockets, :data:`~.control.ASK_TIMEOUT`
 at most) and formats the answer with ``prometheus_client``'s own encoder,
 in the text format or OpenMetrics as the scraper's ``Accept`` asks.
+
+Every other path (GET, HEAD and POST) is the web console's
+(:class:`~queueserver.console.app.ConsoleApp`, over a
+:class:`~queueserver.console.source.ConsoleSource` started and closed with
+this server). A POST body is read only up to :data:`MAX_BODY` bytes (a
+longer one is a 413, and the connection is closed unread).
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ import logging
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Tuple
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry
@@ -28,7 +34,17 @@ from prometheus_client.exposition import choose_encoder
 from ..config import Config
 from .collect import NodeCollector, NodeView
 
+if TYPE_CHECKING:
+    from ..console.app import ConsoleApp, Response
+    from ..console.source import ConsoleSource
+
 log = logging.getLogger("queueserver.metrics")
+
+#: Most bytes of a request body (a console form post); more is a 413.
+MAX_BODY = 64 * 1024
+#: A too-long body up to this size is read (and dropped) before the 413, so a
+#: client still sending it reads the answer rather than a reset connection.
+DRAIN_BODY = 16 * MAX_BODY
 
 
 class _Server(ThreadingHTTPServer):
@@ -50,33 +66,81 @@ class _Server(ThreadingHTTPServer):
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server_version = "queueserver-metrics"
+    server_version = "queueserver"
     protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:   # noqa: N802 (http.server's naming)
+        self._serve("GET")
+
+    def do_HEAD(self) -> None:   # noqa: N802
+        self._serve("HEAD")
+
+    def do_POST(self) -> None:   # noqa: N802
+        self._serve("POST")
+
+    def _serve(self, method: str) -> None:
         assert isinstance(self.server, _Server)   # the only server it is given to
         node = self.server.node
         path = urlsplit(self.path).path
         try:
-            if path == "/metrics":
+            if path == "/metrics" and method != "POST":
                 encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-                self._send(200, content_type, encoder(node.registry))
-            elif path == "/status":
+                self._send(200, content_type, encoder(node.registry), head=method == "HEAD")
+            elif path == "/status" and method != "POST":
                 body = json.dumps(node.view.gather(), indent=2, sort_keys=True) + "\n"
-                self._send(200, "application/json", body.encode())
-            else:
+                self._send(200, "application/json", body.encode(), head=method == "HEAD")
+            elif node.console is None:
                 self._send(404, "text/plain; charset=utf-8",
                            b"not found: try /metrics (Prometheus) or /status (JSON)\n")
+            else:
+                self._console(node.console, method)
         except Exception:   # a bug must cost this request only
             log.exception("serving %s failed", path)
             self._send(500, "text/plain; charset=utf-8", b"internal error\n")
 
-    def _send(self, status: int, content_type: str, body: bytes) -> None:
+    def _console(self, console: "ConsoleApp", method: str) -> None:
+        body = b""
+        if method == "POST":
+            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                self.close_connection = True
+                self._answer(console.error(411, "Send the form with a Content-Length."))
+                return
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                length = -1
+            if length < 0 or length > MAX_BODY:
+                self.close_connection = True   # this connection is done after the answer
+                if 0 < length <= DRAIN_BODY:   # read and dropped, so the client sees the answer
+                    while length > 0:
+                        length -= len(self.rfile.read(min(length, 65536)) or b"x" * length)
+                self._answer(console.error(413 if length > 0 else 400,
+                                           f"A request body is at most {MAX_BODY // 1024} KiB."
+                                           if length > 0 else "Bad Content-Length."))
+                return
+            body = self.rfile.read(length)
+        headers = {k: v for k, v in self.headers.items()}
+        self._answer(console.handle(method, self.path, headers, body, self.client_address[0]),
+                     head=method == "HEAD")
+
+    def _answer(self, response: "Response", head: bool = False) -> None:
+        self.send_response(response.status)
+        for name, value in response.all_headers():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(response.body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if not head:
+            self.wfile.write(response.body)
+
+    def _send(self, status: int, content_type: str, body: bytes, head: bool = False) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        if not head:
+            self.wfile.write(body)
 
     def log_message(self, format: str, *args: object) -> None:   # noqa: A002 (http.server's signature)
         log.debug("%s %s", self.address_string(), format % args)
@@ -95,6 +159,8 @@ class NodeMetrics:
         self.registry.register(NodeCollector(self.view))
         self._server: Optional[_Server] = None
         self._thread: Optional[threading.Thread] = None
+        self.source: Optional["ConsoleSource"] = None   # the console's (None: /metrics and /status only)
+        self.console: Optional["ConsoleApp"] = None
 
     @property
     def port(self) -> int:
@@ -109,9 +175,13 @@ class NodeMetrics:
         assert self._server is not None, "bind first"
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
                                         name="metrics-http", daemon=True)
+        if self.source is not None:
+            self.source.start()
         self._thread.start()
-        log.info("metrics on http://%s:%d/metrics (and /status)",
-                 self.host if ":" not in self.host else f"[{self.host}]", self.port)
+        host = self.host if ":" not in self.host else f"[{self.host}]"
+        log.info("metrics on http://%s:%d/metrics (and /status)", host, self.port)
+        if self.console is not None:
+            log.info("console on http://%s:%d/", host, self.port)
 
     def stop(self) -> None:
         server, self._server = self._server, None
@@ -122,6 +192,8 @@ class NodeMetrics:
             self._thread.join(5.0)
             self._thread = None
         server.server_close()
+        if self.source is not None:
+            self.source.close()
 
 
 def node_metrics(config: Config, runtime_file: Callable[[str], str]) -> NodeMetrics:
@@ -133,4 +205,8 @@ def node_metrics(config: Config, runtime_file: Callable[[str], str]) -> NodeMetr
     routers = {i: runtime_file(f"router-{i}.ctl") for i in range(config.routers)}
     node = NodeMetrics(metrics.bind or config.bind, metrics.port, config.node, shards, routers)
     node.bind()
+    from ..console.app import ConsoleApp
+    from ..console.source import ConsoleSource
+    node.source = ConsoleSource(config, runtime_file)
+    node.console = ConsoleApp(node.source, config.node or socket.gethostname())
     return node

@@ -1,0 +1,384 @@
+"""The console's HTTP side: a request (method, target, headers, body) in, a
+:class:`Response` out. No sockets here: :mod:`queueserver.metrics.http`
+hands over every request that is not ``/metrics`` or ``/status``.
+
+Routes (``<name>`` and ``<ident>`` are one percent-encoded path segment,
+so a queue name may hold a ``/``):
+
+=========================================  ==========================================
+``GET /``                                  overview of every queue (live)
+``GET /queues/<name>?state=&page=&per_page=``  a queue's jobs by state, its rate chart
+``GET /jobs/<ident>``                      a job (UUID or number), cluster-wide
+``GET /search?q=``                         queue names and a job id or number
+``GET /cluster``                           nodes, shards, moves, links
+``GET /history/report``                    the last ``queueserver history`` report
+``GET /static/console.js``                 the pages' script
+``GET /api/queues[?format=html]``          the overview's rows as JSON (or its live HTML)
+``GET /api/queues/<name>/rates[?format=svg]``  a queue's rate samples (or its chart)
+``GET /api/job?id=<ident>[&scope=node]``  a job as JSON (other nodes ask with scope=node)
+``POST /jobs/<ident>/delete``              delete a job
+``POST /jobs/<ident>/requeue``             requeue a leased or finished job
+``POST /queues/<name>/purge``              purge: without ``confirm``, the confirmation page
+=========================================  ==========================================
+
+An action needs a token (:mod:`.auth`); a form post also its CSRF field and
+a same-origin ``Origin``/``Referer``. An action on GET is 405. A form post
+is answered with a redirect to the page it changed (a flash line says what
+was done); a post with the token in the ``X-Queueserver-Token`` header with
+the :class:`~.model.ActionResult` as JSON. A :class:`~.errors.ConsoleError`
+is a page (or, under ``/api/``, JSON ``{"error": ...}``) with its status;
+anything else a 500 page with no traceback (the traceback goes to the log).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Tuple
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from . import pages
+from .assets import CONSOLE_JS
+from .auth import TOKEN_HEADER, Auth
+from .charts import rate_chart
+from .errors import BadRequest, ConsoleError, NotFound
+from .layout import url
+from .model import (MAX_PER_PAGE, STATES, ActionResult, ClusterView, JobDetail, JobPage, QueueRow, RatePoint,
+                    SearchResult)
+
+log = logging.getLogger("queueserver.console")
+
+#: Most bytes of a POST body (the handler answers 413 beyond it).
+MAX_BODY = 64 * 1024
+#: Most characters of an id, a queue name or a search (longer: 400, before the source is asked).
+MAX_TEXT = 300
+#: The highest page number asked for (a larger one is a 400, not a scan).
+MAX_PAGE = 1_000_000
+#: The default page size of a queue's list.
+PER_PAGE = 50
+
+#: Every console page's security headers: our own script only, no framing, no sniffing.
+SECURITY_HEADERS = [
+    ("Content-Security-Policy", "default-src 'none'; script-src 'self'; connect-src 'self'; "
+                                "style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; "
+                                "frame-ancestors 'none'; base-uri 'none'"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "same-origin"),
+    ("X-Frame-Options", "DENY"),
+    ("Cache-Control", "no-store"),
+]
+#: A served history report runs in a sandbox (an opaque origin: its scripts cannot act on the console).
+REPORT_HEADERS = [("Content-Security-Policy", "sandbox allow-scripts allow-popups"),
+                  ("X-Content-Type-Options", "nosniff"), ("Cache-Control", "no-store")]
+
+HTML = "text/html; charset=utf-8"
+JSON = "application/json"
+_UUID = re.compile(r"\A[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}\Z")
+
+
+class Source(Protocol):
+    """What the app asks of the console's data source (:class:`~.source.ConsoleSource`)."""
+
+    def queues(self) -> List[QueueRow]: ...
+    def jobs(self, queue: str, state: str, page: int = 1, per_page: int = 50) -> JobPage: ...
+    def job(self, ident: str, cluster_wide: bool = True) -> JobDetail: ...
+    def search(self, text: str) -> SearchResult: ...
+    def rates(self, queue: Optional[str] = None) -> List[RatePoint]: ...
+    def cluster(self) -> ClusterView: ...
+    def delete_job(self, ident: str, who: str) -> ActionResult: ...
+    def requeue_job(self, ident: str, who: str) -> ActionResult: ...
+    def purge_queue(self, queue: str, who: str) -> ActionResult: ...
+    def history_report(self) -> Optional[str]: ...
+    def token_names(self) -> Dict[str, str]: ...
+
+
+@dataclass
+class Response:
+    status: int
+    body: bytes = b""
+    content_type: str = HTML
+    headers: List[Tuple[str, str]] = field(default_factory=list)
+
+    def all_headers(self) -> List[Tuple[str, str]]:
+        return [("Content-Type", self.content_type), *self.headers]
+
+
+class MethodNotAllowed(ConsoleError):
+    status = 405
+
+
+@dataclass
+class Request:
+    method: str
+    segments: List[str]          # the path's segments, each percent-decoded
+    query: Dict[str, str]        # the first value of each query field
+    headers: Dict[str, str]      # lower-case names
+    form: Dict[str, str]         # the body's form fields (POST)
+    client: str
+
+    @property
+    def api(self) -> bool:
+        return bool(self.segments) and self.segments[0] == "api"
+
+    def param(self, name: str, default: str = "") -> str:
+        return self.query.get(name, default)
+
+
+def _fields(text: str) -> Dict[str, str]:
+    try:
+        parsed = parse_qs(text, keep_blank_values=True, max_num_fields=64, strict_parsing=False)
+    except ValueError:
+        raise BadRequest("Too many query or form fields.") from None
+    return {k: v[0] for k, v in parsed.items()}
+
+
+def _form(headers: Mapping[str, str], body: bytes) -> Dict[str, str]:
+    if not body:
+        return {}
+    kind = headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind == "application/json":
+        try:
+            data = json.loads(body)
+        except ValueError:
+            raise BadRequest("The body is not valid JSON.") from None
+        if not isinstance(data, dict):
+            raise BadRequest("The JSON body must be an object.")
+        return {str(k): str(v) for k, v in data.items() if isinstance(v, (str, int))}
+    try:
+        return _fields(body.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise BadRequest("The form is not valid UTF-8.") from None
+
+
+def _text(value: str, what: str) -> str:
+    if not value:
+        raise BadRequest(f"No {what} given.")
+    if len(value) > MAX_TEXT or any(ch.isspace() or ord(ch) < 32 for ch in value):
+        raise BadRequest(f"That is not a valid {what}.")
+    return value
+
+
+def check_ident(ident: str) -> str:
+    """``ident`` if it looks like a job id (a UUID or a number), else :class:`BadRequest`."""
+    ident = ident.strip()
+    if ident.isdigit() and len(ident) <= 20 or _UUID.match(ident):
+        return ident
+    raise BadRequest(f"“{ident[:80]}” is not a job id: a job is named by its UUID "
+                     "or by its number.")
+
+
+def _int(value: str, what: str, default: int, low: int, high: int) -> int:
+    if value == "":
+        return default
+    if not value.isdigit() or len(value) > 12:
+        raise BadRequest(f"The {what} must be a whole number.")
+    number = int(value)
+    if number < low:
+        raise BadRequest(f"The {what} must be at least {low}.")
+    return min(number, high)
+
+
+class ConsoleApp:
+    """Routes requests to pages, JSON and actions over ``source``."""
+
+    def __init__(self, source: Source, node: str, auth: Optional[Auth] = None) -> None:
+        self.source = source
+        self.node = node
+        self.auth = auth if auth is not None else Auth(source.token_names)
+        self._routes: List[Tuple[str, Tuple[str, ...], Callable[..., Response]]] = [
+            ("GET", (), self.overview),
+            ("GET", ("queues", "*"), self.queue),
+            ("GET", ("jobs", "*"), self.job),
+            ("GET", ("search",), self.search),
+            ("GET", ("cluster",), self.cluster),
+            ("GET", ("history", "report"), self.history),
+            ("GET", ("static", "console.js"), self.script),
+            ("GET", ("api", "queues"), self.api_queues),
+            ("GET", ("api", "queues", "*", "rates"), self.api_rates),
+            ("GET", ("api", "job"), self.api_job),
+            ("POST", ("jobs", "*", "delete"), self.delete),
+            ("POST", ("jobs", "*", "requeue"), self.requeue),
+            ("POST", ("queues", "*", "purge"), self.purge),
+        ]
+
+    # ------------------------------------------------------------ entry
+    def handle(self, method: str, target: str, headers: Mapping[str, str], body: bytes = b"",
+               client: str = "") -> Response:
+        """The response to one request; never raises."""
+        lower = {k.lower(): v for k, v in headers.items()}
+        api = target.startswith("/api/")
+        try:
+            request = self._parse(method, target, lower, body, client)
+            api = request.api
+            return self._route(request)
+        except ConsoleError as e:
+            return self.error(e.status, e.message, api,
+                              [("Allow", "POST")] if isinstance(e, MethodNotAllowed) else [])
+        except Exception:   # a bug costs this request only, and shows no traceback
+            log.exception("console: %s %s failed", method, target[:200])
+            return self.error(500, "Something went wrong on the server; its log has the details.", api)
+
+    def _parse(self, method: str, target: str, headers: Dict[str, str], body: bytes, client: str) -> Request:
+        parts = urlsplit(target)
+        raw = [s for s in parts.path.split("/") if s]
+        try:
+            segments = [unquote(s, errors="strict") for s in raw]
+        except UnicodeDecodeError:
+            raise NotFound("No such page.") from None
+        form = _form(headers, body) if method == "POST" else {}
+        return Request(method, segments, _fields(parts.query), headers, form, client)
+
+    def _route(self, request: Request) -> Response:
+        allowed: List[str] = []
+        for method, pattern, handler in self._routes:
+            if len(pattern) != len(request.segments):
+                continue
+            if all(p == "*" or p == s for p, s in zip(pattern, request.segments)):
+                args = [s for p, s in zip(pattern, request.segments) if p == "*"]
+                if method == request.method or (method == "GET" and request.method == "HEAD"):
+                    return handler(request, *args)
+                allowed.append(method)
+        if allowed:
+            if "POST" in allowed:
+                raise MethodNotAllowed("This is an action: it is done with a POST (a form's button), "
+                                       "never by opening a link.")
+            raise MethodNotAllowed(f"Only {', '.join(sorted(set(allowed)))} is served here.")
+        raise NotFound("No such page on this console.")
+
+    # --------------------------------------------------------- responses
+    def html(self, text: str, status: int = 200) -> Response:
+        return Response(status, text.encode(), HTML, list(SECURITY_HEADERS))
+
+    def json(self, data: Any, status: int = 200) -> Response:
+        body = json.dumps(data, sort_keys=True, default=str).encode() + b"\n"
+        return Response(status, body, JSON, [("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff")])
+
+    def error(self, status: int, message: str, api: bool = False,
+              headers: Optional[List[Tuple[str, str]]] = None) -> Response:
+        response = self.json({"error": message}, status) if api else \
+            self.html(pages.error_page(status, message, self.node), status)
+        response.headers.extend(headers or [])
+        return response
+
+    def redirect(self, location: str) -> Response:
+        response = self.html(f'<!doctype html><a href="{location}">continue</a>', 303)
+        response.headers.append(("Location", location))
+        return response
+
+    def _notice(self, request: Request) -> str:
+        return pages.flash(request.param("notice") or None, request.param("count"), request.param("job"))
+
+    # ------------------------------------------------------------- pages
+    def overview(self, request: Request) -> Response:
+        return self.html(pages.overview(self.source.queues(), self.node))
+
+    def _queue_row(self, name: str) -> Optional[QueueRow]:
+        return next((row for row in self.source.queues() if row["name"] == name), None)
+
+    def queue(self, request: Request, name: str) -> Response:
+        name = _text(name, "queue name")
+        state = request.param("state", "ready")
+        if state not in STATES:
+            raise BadRequest(f"Unknown state “{state[:40]}”: one of {', '.join(STATES)}.")
+        page = _int(request.param("page"), "page", 1, 1, MAX_PAGE)
+        asked = _int(request.param("per_page"), "per_page", PER_PAGE, 1, 10 ** 12)
+        per_page = min(asked, MAX_PER_PAGE)
+        jobs = self.source.jobs(name, state, page, per_page)
+        row = self._queue_row(name)
+        rates = self.source.rates(name)
+        history = self.source.history_report() is not None
+        return self.html(pages.queue_page(jobs, row, rates, self.node, self.auth.csrf_token(), history,
+                                          capped=asked > MAX_PER_PAGE, notice=self._notice(request)))
+
+    def job(self, request: Request, ident: str) -> Response:
+        detail = self.source.job(check_ident(ident))
+        return self.html(pages.job_page(detail, self.node, self.auth.csrf_token(), self._notice(request)))
+
+    def search(self, request: Request) -> Response:
+        text = request.param("q").strip()
+        if not text:
+            return self.redirect("/")
+        if len(text) > MAX_TEXT:
+            raise BadRequest("That search is too long.")
+        found = self.source.search(text)
+        job = found["job"]
+        if job is not None and not found["queues"]:
+            return self.redirect(url("jobs", job["job"]["id"]))
+        if job is None and found["queues"] == [text]:
+            return self.redirect(url("queues", text))
+        return self.html(pages.search_page(text, found, self.node))
+
+    def cluster(self, request: Request) -> Response:
+        return self.html(pages.cluster_page(self.source.cluster(), self.node))
+
+    def history(self, request: Request) -> Response:
+        path = self.source.history_report()
+        if path is None or not os.path.isfile(path):
+            return self.html(pages.history_missing(self.node), 404)
+        with open(path, "rb") as f:
+            body = f.read()
+        return Response(200, body, HTML, list(REPORT_HEADERS))
+
+    def script(self, request: Request) -> Response:
+        return Response(200, CONSOLE_JS.encode(), "text/javascript; charset=utf-8",
+                        [("Cache-Control", "max-age=300"), ("X-Content-Type-Options", "nosniff")])
+
+    # --------------------------------------------------------------- API
+    def api_queues(self, request: Request) -> Response:
+        rows = self.source.queues()
+        if request.param("format") == "html":
+            return self.html(pages.overview_live(rows))
+        return self.json({"node": self.node, "queues": rows})
+
+    def api_rates(self, request: Request, name: str) -> Response:
+        points = self.source.rates(_text(name, "queue name"))
+        if request.param("format") == "svg":
+            return self.html(rate_chart(points))
+        return self.json({"queue": name, "rates": points})
+
+    def api_job(self, request: Request) -> Response:
+        """A job as JSON; ``scope=node``: this node's shards only (what other nodes' consoles ask)."""
+        ident = check_ident(request.param("id"))
+        return self.json(self.source.job(ident, cluster_wide=request.param("scope") != "node"))
+
+    # ----------------------------------------------------------- actions
+    def _act(self, request: Request, what: str, do: Callable[[str], ActionResult],
+             then: Callable[[ActionResult], str]) -> Response:
+        who = self.auth.authorize(request.headers, request.form)
+        result = do(who)
+        log.info("console: %s by %s (from %s): %s", what, who, request.client or "?", result["message"])
+        if TOKEN_HEADER.lower() in request.headers:
+            return self.json(result, 200 if result["ok"] else 409)
+        if not result["ok"]:
+            raise ConsoleError(result["message"])
+        return self.redirect(then(result))
+
+    def delete(self, request: Request, ident: str) -> Response:
+        ident = check_ident(ident)
+        queue = request.form.get("queue", "")
+        return self._act(request, f"delete job {ident}", lambda who: self.source.delete_job(ident, who),
+                         lambda r: url("queues", queue, notice="deleted", job=ident) if queue
+                         else url(notice="deleted", job=ident))
+
+    def requeue(self, request: Request, ident: str) -> Response:
+        ident = check_ident(ident)
+        return self._act(request, f"requeue job {ident}", lambda who: self.source.requeue_job(ident, who),
+                         lambda r: url("jobs", ident, notice="requeued", job=ident))
+
+    def purge(self, request: Request, name: str) -> Response:
+        name = _text(name, "queue name")
+        confirm = request.form.get("confirm", request.param("confirm") or None)
+        api = TOKEN_HEADER.lower() in request.headers
+        if confirm != name:
+            # The first step, or a name typed wrong: nothing is done.
+            if api:
+                raise BadRequest("To purge, send confirm=<the queue's name> with the request.")
+            self.auth.check_form(request.headers, request.form)
+            self.source.jobs(name, "ready", 1, 1)   # an unknown queue is a 404 here already
+            page = pages.purge_confirm(name, self._queue_row(name), self.node, self.auth.csrf_token(),
+                                       mismatch=confirm is not None)
+            return self.html(page, 200 if confirm is None else 400)
+        return self._act(request, f"purge queue {name}", lambda who: self.source.purge_queue(name, who),
+                         lambda r: url("queues", name, notice="purged", count=r["count"]))

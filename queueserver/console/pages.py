@@ -1,0 +1,424 @@
+"""The console's pages, rendered from the records of :mod:`.model`: plain
+functions from data to HTML (no I/O), so each is tested by calling it.
+
+Forms that act (delete, requeue, purge) carry a password field for the
+token and the hidden CSRF field the app hands in (``csrf``); nothing here
+decides who may act (that is :mod:`.auth`).
+"""
+from __future__ import annotations
+
+import json
+from typing import Dict, List, Optional, Sequence
+
+from .auth import CSRF_FIELD, TOKEN_FIELD
+from .charts import legend, rate_chart
+from .layout import (STATE_COLOURS, crumbs, empty, esc, fmt_age, fmt_int, fmt_rate, num_cell, page, state_badge,
+                     table, url)
+from .model import (MAX_PER_PAGE, STATES, ClusterView, JobDetail, JobPage, JobRow, QueueRow, RatePoint,
+                    SearchResult)
+
+#: The name each state goes by in the pages (finished jobs are those kept with results).
+STATE_LABELS = {"ready": "Ready", "scheduled": "Scheduled", "leased": "Leased", "finished": "Finished"}
+#: What an empty list of a state says.
+EMPTY_STATE = {"ready": "No jobs ready", "scheduled": "No jobs scheduled", "leased": "No jobs leased",
+               "finished": "No finished jobs kept"}
+#: The flash line after an action, by kind (fixed texts: a link cannot make the page say anything else).
+NOTICES = {"deleted": "Deleted job {job}.", "requeued": "Requeued job {job}.",
+           "purged": "Purged {count} jobs from this queue."}
+
+
+# -------------------------------------------------------------- pieces
+def _depth(row: QueueRow) -> int:
+    return row["ready"] + row["scheduled"] + row["leased"] + row["finished"]
+
+
+def depth_bar(row: QueueRow, widest: int) -> str:
+    """A bar of the queue's jobs by state, as wide as its depth against the widest queue's."""
+    total = _depth(row)
+    if not total:
+        return '<div class=bar title="empty"></div>'
+    scale = max(total / max(widest, 1), 0.02) * 100
+    segments = "".join(
+        f'<i style="width:{row[s] / total * scale:.2f}%;background:{STATE_COLOURS[s]}" '   # type: ignore[literal-required]
+        f'title="{s}: {row[s]:,}"></i>'   # type: ignore[literal-required]
+        for s in STATES if row[s])   # type: ignore[literal-required]
+    return f'<div class=bar title="{total:,} jobs">{segments}</div>'
+
+
+def _csrf_field(csrf: str) -> str:
+    return f'<input type=hidden name="{CSRF_FIELD}" value="{esc(csrf)}">'
+
+
+def _token_field() -> str:
+    return (f'<input type=password name="{TOKEN_FIELD}" placeholder="Token" autocomplete="off" '
+            'aria-label="token" required>')
+
+
+def action_form(action: str, label: str, csrf: str, danger: bool = False, hidden: Optional[Dict[str, str]] = None,
+                note: str = "") -> str:
+    fields = "".join(f'<input type=hidden name="{esc(k)}" value="{esc(v)}">' for k, v in (hidden or {}).items())
+    return (f'<form class=act method=post action="{esc(action)}">{_csrf_field(csrf)}{fields}{_token_field()}'
+            f'<button class="btn{" danger" if danger else ""}" type=submit>{esc(label)}</button>'
+            f'{f"<span class=note>{esc(note)}</span>" if note else ""}</form>')
+
+
+def flash(notice: Optional[str], count: Optional[str] = None, job: Optional[str] = None) -> str:
+    if notice not in NOTICES:
+        return ""
+    text = NOTICES[notice].format(count=count if (count or "").isdigit() else "the",
+                                  job=(job or "")[:80])
+    return f'<div class="flash ok" role=status>{esc(text)}</div>'
+
+
+# ------------------------------------------------------------ overview
+def queue_rows(rows: Sequence[QueueRow]) -> str:
+    """The overview's table rows (also what the page's script swaps in every 2 s)."""
+    widest = max((_depth(r) for r in rows), default=0)
+    out = []
+    for r in rows:
+        oldest = r["oldest_ready_age_s"]
+        age_cls = "hot" if oldest is not None and oldest >= 300 else ("warm" if oldest is not None and oldest >= 30
+                                                                      else "")
+        where = f'{r["node"]}/{r["shard"]}' if r["node"] else str(r["shard"])
+        out.append(
+            f'<tr data-queue="{esc(r["name"])}">'
+            f'<td class=name data-v="{esc(r["name"])}"><a href="{esc(url("queues", r["name"]))}">{esc(r["name"])}</a></td>'
+            f'<td class=bar-cell data-v="{_depth(r)}">{depth_bar(r, widest)}</td>'
+            + num_cell(r["ready"]) + num_cell(r["scheduled"])
+            + num_cell(r["leased"], cls="warm" if r["leased"] else "")
+            + num_cell(r["finished"])
+            + num_cell(r["added_per_s"], fmt_rate(r["added_per_s"]))
+            + num_cell(r["completed_per_s"], fmt_rate(r["completed_per_s"]))
+            + num_cell(r["failed_per_s"], fmt_rate(r["failed_per_s"]), cls="hot" if r["failed_per_s"] > 0 else "")
+            + f'<td class="n {age_cls}" data-v="{-1 if oldest is None else oldest:g}">{esc(fmt_age(oldest))}</td>'
+            + f'<td data-v="{esc(",".join(r["protocols"]))}">'
+            + ("".join(f"<span class=chip>{esc(p)}</span>" for p in r["protocols"]) or '<span class=zero>—</span>')
+            + f'</td><td class="n" data-v="{esc(where)}">{esc(where)}</td></tr>')
+    return "".join(out)
+
+
+def overview_live(rows: Sequence[QueueRow]) -> str:
+    """The part of the overview that refreshes itself: the totals and the table."""
+    totals = {s: sum(r[s] for r in rows) for s in STATES}   # type: ignore[literal-required]
+    rates = [("Added/s", sum(r["added_per_s"] for r in rows), "#4f46e5"),
+             ("Completed/s", sum(r["completed_per_s"] for r in rows), "#10b981"),
+             ("Failed/s", sum(r["failed_per_s"] for r in rows), "#ef4444")]
+    tiles = "".join(f'<div class=tile style="--c:{STATE_COLOURS[s]}"><div class=k>{STATE_LABELS[s]}</div>'
+                    f'<div class=v data-total="{s}">{fmt_int(totals[s])}</div></div>' for s in STATES)
+    tiles += "".join(f'<div class=tile style="--c:{c}"><div class=k>{k}</div><div class=v>{fmt_rate(v)}</div></div>'
+                     for k, v, c in rates)
+    if not rows:
+        body = empty("No queues yet", " — add a job over any protocol and its queue appears here.")
+    else:
+        body = table([("Queue", "text"), ("Depth", "num"), ("Ready", "num"), ("Scheduled", "num"),
+                      ("Leased", "num"), ("Finished", "num"), ("Added/s", "num"), ("Done/s", "num"),
+                      ("Failed/s", "num"), ("Oldest ready", "num"), ("Protocols", "text"), ("Shard", "text")],
+                     [queue_rows(rows)], body_id="queue-rows")
+    return (f'<div class=tiles>{tiles}</div>'
+            f'<div class="card flush"><h2>Queues <span class=muted>({len(rows)})</span></h2>{body}</div>')
+
+
+def overview(rows: Sequence[QueueRow], node: str) -> str:
+    body = ('<div class=head><h1>Overview</h1><span class=live id=live-state>live</span>'
+            f'<div class=sub>Every queue on {"the cluster" if any(r["node"] for r in rows) else "this node"}, '
+            'its jobs by state and its rates; refreshes every 2 s. Click a column to sort.</div></div>'
+            f'<section id=live data-src="/api/queues?format=html">{overview_live(rows)}</section>')
+    return page("Overview", body, node, active="overview")
+
+
+# ------------------------------------------------------------ a queue
+def _pager(queue: str, jobs: JobPage) -> str:
+    cur, pages = jobs["page"], jobs["pages"]
+    if pages <= 1:
+        return (f'<div class=pager>{fmt_int(jobs["total"])} {"job" if jobs["total"] == 1 else "jobs"}'
+                '<span class=sp></span></div>')
+    per = jobs["per_page"] if jobs["per_page"] != 50 else None
+
+    def link(n: int, text: str = "") -> str:
+        if n == cur and not text:
+            return f"<b>{n}</b>"
+        if n < 1 or n > pages:
+            return f'<span class=off>{esc(text)}</span>'
+        return f'<a href="{esc(url("queues", queue, state=jobs["state"], page=n, per_page=per))}">{esc(text or n)}</a>'
+
+    shown = sorted({1, pages, *range(max(1, cur - 2), min(pages, cur + 2) + 1)})
+    nums: List[str] = []
+    for i, n in enumerate(shown):
+        if i and n - shown[i - 1] > 1:
+            nums.append("<span class=off>…</span>")
+        nums.append(link(n))
+    first = (cur - 1) * jobs["per_page"] + 1
+    last = min(cur * jobs["per_page"], jobs["total"])
+    return (f'<div class=pager>{fmt_int(first)}–{fmt_int(last)} of {fmt_int(jobs["total"])} jobs'
+            f'<span class=sp></span>{link(cur - 1, "‹ Prev")}{"".join(nums)}{link(cur + 1, "Next ›")}</div>')
+
+
+def job_rows(jobs: Sequence[JobRow]) -> str:
+    out = []
+    for j in jobs:
+        ttr = j["ttr_left_s"]
+        out.append(
+            f'<tr><td class=id data-v="{esc(j["id"])}"><a href="{esc(url("jobs", j["id"]))}">{esc(j["id"])}</a></td>'
+            + (num_cell(j["number"], fmt_int(j["number"])) if j["number"] is not None
+               else '<td class="n zero" data-v="-1">—</td>')
+            + num_cell(j["priority"]) + num_cell(j["attempts"], cls="hot" if j["attempts"] > 1 else "")
+            + num_cell(j["age_s"], fmt_age(j["age_s"]))
+            + num_cell(-1 if ttr is None else ttr, fmt_age(ttr), cls="warm" if ttr is not None and ttr < 5 else "")
+            + num_cell(-1 if j["ttl_left_s"] is None else j["ttl_left_s"], fmt_age(j["ttl_left_s"]))
+            + "</tr>")
+    return "".join(out)
+
+
+def queue_page(jobs: JobPage, row: Optional[QueueRow], rates: Sequence[RatePoint], node: str, csrf: str,
+               history: bool = False, capped: bool = False, notice: str = "") -> str:
+    name, state = jobs["queue"], jobs["state"]
+    counts = {s: (row[s] if row else None) for s in STATES}   # type: ignore[literal-required]
+    tiles = "".join(
+        f'<a class="tile{" on" if s == state else ""}" style="--c:{STATE_COLOURS[s]}" '
+        f'href="{esc(url("queues", name, state=s))}"><div class=k>{STATE_LABELS[s]}</div>'
+        f'<div class=v>{fmt_int(counts[s])}</div></a>' for s in STATES)
+    if row:
+        tiles += (f'<div class=tile style="--c:#4f46e5"><div class=k>Added/s</div>'
+                  f'<div class=v>{fmt_rate(row["added_per_s"])}</div></div>'
+                  f'<div class=tile style="--c:#ef4444"><div class=k>Failed/s</div>'
+                  f'<div class=v>{fmt_rate(row["failed_per_s"])}</div></div>'
+                  f'<div class=tile style="--c:#98a2b3"><div class=k>Oldest ready</div>'
+                  f'<div class=v>{fmt_age(row["oldest_ready_age_s"])}</div></div>')
+    state_tabs = "".join(
+        f'<a class="{"on" if s == state else ""}" style="--c:{STATE_COLOURS[s]}" '
+        f'href="{esc(url("queues", name, state=s))}">{STATE_LABELS[s]}'
+        f'<span class=count>{fmt_int(counts[s]) if counts[s] is not None else ""}</span></a>' for s in STATES)
+    if jobs["jobs"]:
+        listing = table([("Id", "text"), ("Number", "num"), ("Priority", "num"), ("Attempts", "num"),
+                         ("Age", "num"), ("TTR left", "num"), ("TTL left", "num")], [job_rows(jobs["jobs"])])
+    else:
+        listing = empty(EMPTY_STATE.get(state, "No jobs"), f" in {name}." if jobs["total"] == 0 else
+                        " on this page: go back a page.")
+    cap = (f'<div class="flash warn">At most {MAX_PER_PAGE} jobs a page: showing {jobs["per_page"]}.</div>'
+           if capped else "")
+    where = ""
+    if row:
+        where = (f'shard {esc(row["shard"])}{" on node " + esc(row["node"]) if row["node"] else ""}'
+                 + "".join(f" <span class=chip>{esc(p)}</span>" for p in row["protocols"]))
+    history_link = ' · <a href="/history/report">History report</a>' if history else ""
+    body = (
+        crumbs(("Overview", "/"), (name, None))
+        + f'<div class=head><h1>{esc(name)}</h1><div class=sub>{where}{history_link}</div></div>'
+        + notice + cap
+        + f'<div class=tiles>{tiles}</div>'
+        + f'<div class="card chart"><h2>Rates, the last minutes</h2>{legend()}'
+          f'<div id=chart data-src="{esc(url("api", "queues", name, "rates", format="svg"))}">'
+        + rate_chart(rates) + "</div></div>"
+        + f'<div class="card flush"><nav class=tabs>{state_tabs}</nav>{listing}{_pager(name, jobs)}</div>'
+        + '<div class="card danger-zone"><h2>Purge this queue</h2>'
+        + f'<p class=muted>Deletes every job of <b>{esc(name)}</b> (ready, scheduled, leased and finished). '
+          "You will be asked to confirm.</p>"
+        + action_form(url("queues", name, "purge"), "Purge…", csrf, danger=True)
+        + "</div>")
+    return page(name, body, node)
+
+
+def purge_confirm(queue: str, row: Optional[QueueRow], node: str, csrf: str, mismatch: bool = False) -> str:
+    total = _depth(row) if row else None
+    warn = ('<div class="flash warn">The name typed does not match the queue\'s: nothing was purged.</div>'
+            if mismatch else "")
+    body = (
+        crumbs(("Overview", "/"), (queue, url("queues", queue)), ("Purge", None))
+        + f'<div class=head><h1>Purge {esc(queue)}?</h1></div>' + warn
+        + '<div class="card danger-zone"><h2>This cannot be undone</h2>'
+        + f'<p>Every job of <b>{esc(queue)}</b>'
+        + (f" — <b>{fmt_int(total)}</b> now —" if total is not None else "")
+        + " is deleted: ready, scheduled, leased and finished ones. Type the queue's name to confirm.</p>"
+        + f'<form class=act method=post action="{esc(url("queues", queue, "purge"))}">{_csrf_field(csrf)}'
+        + '<input type=text name=confirm placeholder="Queue name" autocomplete="off" aria-label="confirm" required>'
+        + _token_field()
+        + '<button class="btn danger" type=submit>Purge queue</button>'
+        + f'<a class=btn href="{esc(url("queues", queue))}">Cancel</a></form></div>')
+    return page(f"Purge {queue}", body, node)
+
+
+# ---------------------------------------------------------------- a job
+def _kv(items: Sequence[tuple]) -> str:   # type: ignore[type-arg]
+    return "<dl class=kv>" + "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in items) + "</dl>"
+
+
+def job_page(detail: JobDetail, node: str, csrf: str, notice: str = "") -> str:
+    j = detail["job"]
+    max_attempts = detail["max_attempts"]
+    attempts = fmt_int(j["attempts"]) + (f" of {fmt_int(max_attempts)}" if max_attempts else "")
+    facts = [("Id", f'<span class=mono>{esc(j["id"])}</span>'),
+             ("Number", fmt_int(j["number"])),
+             ("Queue", f'<a href="{esc(url("queues", j["queue"]))}">{esc(j["queue"])}</a>'),
+             ("State", state_badge(j["state"])),
+             ("Priority", fmt_int(j["priority"])),
+             ("Attempts", attempts),
+             ("Age", fmt_age(j["age_s"])),
+             ("TTR left", fmt_age(j["ttr_left_s"])),
+             ("TTL left", fmt_age(j["ttl_left_s"]) if j["ttl_left_s"] is not None else "no TTL"),
+             ("Shard", esc(f'{detail["node"]}/{detail["shard"]}' if detail["node"] else detail["shard"])),
+             ("Payload", f'{fmt_int(detail["payload_size"])} bytes')]
+    lease = detail["lease"]
+    if lease:
+        lease_html = _kv([("Connection", f'<span class=mono>{esc(lease["connection"])}</span>'),
+                          ("Protocol", f'<span class=chip>{esc(lease["protocol"])}</span>'),
+                          ("TTR left", fmt_age(lease["ttr_left_s"]))])
+    else:
+        lease_html = '<p class=muted>Not leased: no client holds this job.</p>'
+    ident = j["id"]
+    actions = action_form(url("jobs", ident, "delete"), "Delete job", csrf, danger=True,
+                          hidden={"queue": j["queue"]})
+    if j["state"] in ("leased", "finished"):
+        actions += action_form(url("jobs", ident, "requeue"), "Requeue", csrf,
+                               note="back to ready, as a new attempt")
+    actions += '<p class=note>Actions need a token from this node\'s token file.</p>'
+
+    size = detail["payload_size"]
+    shown_note = (f'<p class=note>The first 4 KiB of {fmt_int(size)} bytes.</p>' if size > 4096 else "")
+    text = detail["payload_text"]
+    text_pane = (f"<pre>{esc(text)}</pre>" if text is not None
+                 else '<p class=muted>Not valid UTF-8: see the hex view.</p>')
+    hex_pane = f"<pre>{esc(_hexdump(detail['payload_hex']))}</pre>"
+    payload = (
+        '<div class="card flush ptabs"><h2>Payload</h2>'
+        f'<input type=radio name=pt id=pt-text {"checked" if text is not None else ""}>'
+        f'<input type=radio name=pt id=pt-hex {"" if text is not None else "checked"}>'
+        '<nav class=tabs><label for=pt-text>Text</label><label for=pt-hex>Hex</label></nav>'
+        f'<div class=panes><div class="pane p-text">{text_pane}{shown_note}</div>'
+        f'<div class="pane p-hex">{hex_pane}{shown_note}</div></div></div>')
+    result = detail["result"]
+    result_html = f"<pre>{esc(result)}</pre>" if result is not None else '<p class=muted>No result.</p>'
+    extra = detail["extra"]
+    extra_html = _kv([(k, f'<span class=mono>{esc(v if isinstance(v, str) else json.dumps(v, default=str))}</span>')
+                      for k, v in sorted(extra.items())]) if extra else '<p class=muted>Nothing more.</p>'
+    history = ("<pre>" + esc("\n".join(detail["history"])) + "</pre>" if detail["history"]
+               else '<p class=muted>No history lines: history is off on this node, or this job has none yet.</p>')
+    body = (
+        crumbs(("Overview", "/"), (j["queue"], url("queues", j["queue"])), (ident, None))
+        + f'<div class=head><h1 class=mono>Job {esc(ident)}</h1>{state_badge(j["state"])}</div>' + notice
+        + '<div class="grid g2"><div class=card><h2>Details</h2>' + _kv(facts) + "</div>"
+        + '<div><div class=card><h2>Lease</h2>' + lease_html + "</div>"
+        + '<div class=card><h2>Actions</h2>' + actions + "</div></div></div>"
+        + payload
+        + '<div class="grid g2"><div class=card><h2>Result</h2>' + result_html + "</div>"
+        + '<div class=card><h2>More</h2>' + extra_html + "</div></div>"
+        + '<div class=card><h2>History</h2>' + history + "</div>")
+    return page(f"Job {ident}", body, node)
+
+
+def _hexdump(hexed: str) -> str:
+    """``hexed`` (plain hex) as lines of 16 bytes: offset, bytes, printable text."""
+    try:
+        data = bytes.fromhex(hexed)
+    except ValueError:
+        return hexed
+    lines = []
+    for off in range(0, len(data), 16):
+        chunk = data[off:off + 16]
+        hexes = " ".join(f"{b:02x}" for b in chunk)
+        text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
+        lines.append(f"{off:08x}  {hexes:<47}  {text}")
+    return "\n".join(lines) or "(empty)"
+
+
+# --------------------------------------------------------------- search
+def search_page(text: str, found: SearchResult, node: str) -> str:
+    parts = []
+    job = found["job"]
+    if job:
+        j = job["job"]
+        parts.append('<div class="card flush"><h2>Job</h2>'
+                     + table([("Id", ""), ("Queue", ""), ("State", ""), ("Number", ""), ("Age", "")],
+                             [f'<tr><td class=id><a href="{esc(url("jobs", j["id"]))}">{esc(j["id"])}</a></td>'
+                              f'<td><a href="{esc(url("queues", j["queue"]))}">{esc(j["queue"])}</a></td>'
+                              f'<td>{state_badge(j["state"])}</td><td class=n>{fmt_int(j["number"])}</td>'
+                              f'<td class=n>{fmt_age(j["age_s"])}</td></tr>'], sortable=False) + "</div>")
+    if found["queues"]:
+        parts.append(f'<div class="card flush"><h2>Queues ({len(found["queues"])})</h2>'
+                     + table([("Queue", "")], [f'<tr><td class=name><a href="{esc(url("queues", q))}">{esc(q)}</a>'
+                                                '</td></tr>' for q in found["queues"]], sortable=False) + "</div>")
+    if not parts:
+        parts.append('<div class=card>' + empty("Nothing found",
+                                                " — no queue name contains it and no job has that id or number.")
+                     + "</div>")
+    body = (crumbs(("Overview", "/"), ("Search", None))
+            + f'<div class=head><h1>Search: {esc(text)}</h1></div>' + "".join(parts))
+    return page(f"Search {text}", body, node, search=text)
+
+
+# -------------------------------------------------------------- cluster
+def _up(up: bool) -> str:
+    return (f'<span class=badge style="--c:{"#12b76a" if up else "#ef4444"}">{"up" if up else "down"}</span>')
+
+
+def cluster_page(view: ClusterView, node: str) -> str:
+    nodes = view["nodes"]
+    shards = [s for n in nodes for s in n["shards"]]
+    links_up = sum(1 for link in view["links"] if link["state"] == "up")
+    tiles = (f'<div class=tile style="--c:#12b76a"><div class=k>Nodes up</div>'
+             f'<div class=v>{sum(n["up"] for n in nodes)}<small> / {len(nodes)}</small></div></div>'
+             f'<div class=tile style="--c:#3b82f6"><div class=k>Shards up</div>'
+             f'<div class=v>{sum(s["up"] for s in shards)}<small> / {len(shards)}</small></div></div>'
+             f'<div class=tile style="--c:#8b5cf6"><div class=k>Jobs</div>'
+             f'<div class=v>{fmt_int(sum(s["jobs"] for s in shards))}</div></div>'
+             f'<div class=tile style="--c:#f59e0b"><div class=k>Moves</div><div class=v>{len(view["moves"])}</div></div>'
+             f'<div class=tile style="--c:{"#12b76a" if links_up == len(view["links"]) else "#ef4444"}">'
+             f'<div class=k>Links up</div><div class=v>{links_up}<small> / {len(view["links"])}</small></div></div>')
+    cards = []
+    for n in nodes:
+        rows = [f'<tr><td class=name>{esc(s["name"])}</td><td>{_up(s["up"])}</td>'
+                + num_cell(s["jobs"]) + num_cell(s["queues"])
+                + f'<td class=mono>{esc(s["slots"] or "all")}</td><td>{esc(s["role"])}</td>'
+                + (num_cell(s["lag"]) if s["lag"] is not None else '<td class="n zero">—</td>') + "</tr>"
+                for s in n["shards"]]
+        console = (f' · <a href="{esc(n["console"])}">console</a>' if n["console"].startswith(("http://", "https://"))
+                   else "")
+        cards.append(
+            f'<div class="card flush"><h2>{esc(n["name"])} {_up(n["up"])} '
+            f'<span class=muted style="font-weight:400">{esc(n["host"])}{console}</span></h2>'
+            + (table([("Shard", "text"), ("State", "text"), ("Jobs", "num"), ("Queues", "num"), ("Slots", "text"),
+                      ("Role", "text"), ("Lag", "num")], rows) if rows else empty("No shards reported"))
+            + "</div>")
+    moves = view["moves"]
+    if moves:
+        keys = sorted({k for m in moves for k in m})
+        moves_html = table([(k, "text") for k in keys],
+                           ["<tr>" + "".join(f"<td>{esc(m.get(k, ''))}</td>" for k in keys) + "</tr>" for m in moves])
+    else:
+        moves_html = empty("No moves in progress")
+    if view["links"]:
+        links_html = table([("From", "text"), ("To", "text"), ("State", "text")],
+                           [f'<tr><td>{esc(link["source"])}</td><td>{esc(link["target"])}</td>'
+                            f'<td>{_up(True) if link["state"] == "up" else state_badge(link["state"])}</td></tr>'
+                            for link in view["links"]])
+    else:
+        links_html = empty("No links", " — a single node talks to no other." if not view["clustered"] else "")
+    sub = ("A cluster of " + str(len(nodes)) + " nodes." if view["clustered"]
+           else "A single node (not part of a cluster).")
+    body = (f'<div class=head><h1>Cluster</h1><div class=sub>{esc(sub)}</div></div>'
+            f'<div class=tiles>{tiles}</div>' + "".join(cards)
+            + '<div class="grid g2"><div class="card flush"><h2>Moves in progress</h2>' + moves_html + "</div>"
+            + '<div class="card flush"><h2>Links</h2>' + links_html + "</div></div>")
+    return page("Cluster", body, node, active="cluster")
+
+
+# --------------------------------------------------------------- errors
+TITLES = {400: "Bad request", 403: "Forbidden", 404: "Not found", 405: "Method not allowed",
+          413: "Request too large", 500: "Internal error", 503: "Unavailable"}
+
+
+def error_page(status: int, message: str, node: str) -> str:
+    colour = "#f59e0b" if status < 500 else "#ef4444"
+    if status == 403:
+        colour = "#ef4444"
+    title = TITLES.get(status, "Error")
+    body = (f'<div class="card err" style="--c:{colour}"><div class=code>{status}</div><h1>{esc(title)}</h1>'
+            f'<p>{esc(message)}</p><p><a class="btn" href="/">Back to the overview</a></p></div>')
+    return page(f"{status} {title}", body, node, scripts=False)
+
+
+def history_missing(node: str) -> str:
+    text = ("No history report to show: set [console] history_report in the config to where "
+            "`queueserver history` writes its report.html, and run it.")
+    return page("History", crumbs(("Overview", "/"), ("History", None))
+                + '<div class=head><h1>History</h1></div><div class=card>'
+                + empty("No history report yet", " — " + text) + "</div>", node, active="history")
