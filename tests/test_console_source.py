@@ -199,3 +199,86 @@ def test_delete_requeue_and_purge(source, wq, caplog):
     purged = source.purge_queue(q, "carol")
     assert purged["ok"] and purged["count"] == 1201, purged
     assert by_name(source.queues()).get(q, {"ready": 0})["ready"] == 0
+
+
+def test_a_console_delete_survives_a_restart_and_the_history_shows_the_job(tmp_path):
+    proc = ServerProcess(shards=1, protocols=["workq"], extra=["--data-dir", str(tmp_path / "data")]).start()
+    src = source_for(proc)
+    try:
+        w = Wire(proc.connect("workq"))
+        q, gone, kept = qname(), new_id(), new_id()
+        w.call(add(gone, q))
+        w.call(add(kept, q))
+        assert src.delete_job(gone, "alice")["message"] == f"deleted job {gone} from {q}"
+        assert w.call(f"lease {q} 1000\r\n".encode()).startswith(f"+OK 1\r\n{kept}".encode())
+
+        def leased_line():
+            return any(" leased " in line for line in src.job(kept)["history"])
+        wait_for(leased_line, what="the history of the leased job")   # written about once a second
+        detail = src.job(kept)
+        assert detail["history"][0].split()[1] == "added"
+        assert detail["lease"] is not None and detail["lease"]["protocol"] == "workq"
+        assert detail["lease"]["ttr_left_s"] > 0
+        w.close()
+        proc.restart()
+        with pytest.raises(NotFound):
+            src.job(gone)
+        assert src.job(kept)["job"]["state"] == "ready"   # a restart releases leases
+        assert f"console: alice deleted job {gone} from {q}" in proc.log()
+        wait_for(lambda: any(" deleted " in line and "by console (alice)" in line
+                             for line in history_of(proc, gone)), what="the delete in the history")
+    finally:
+        src.close()
+        proc.stop()
+
+
+def history_of(proc: ServerProcess, id: str):
+    from queueserver.console.source import history_lines
+    return history_lines(history_dir_of(proc), id)
+
+
+def history_dir_of(proc: ServerProcess) -> str:
+    argv = proc.child_argv("shard-0")
+    return argv[argv.index("--history-dir") + 1]
+
+
+def test_rates_from_samples(source, wq):
+    q = qname()
+    source.sample()
+    for _ in range(5):
+        wq.call(add(new_id(), q))
+    source.sample()
+    points = source.rates(q)
+    assert points and points[-1]["added"] > 0 and points[-1]["completed"] == 0
+    node = source.rates()
+    assert node[-1]["added"] >= points[-1]["added"]
+    assert [p["t"] for p in node] == sorted(p["t"] for p in node)
+    assert source.rates(qname("quiet"))[-1]["added"] == 0
+    assert by_name(source.queues())[q]["added_per_s"] == points[-1]["added"]
+
+
+def test_cluster_view_of_one_host(source, server, wq):
+    wq.call(add(new_id(), qname()))
+    view = source.cluster()
+    assert view["clustered"] is False and len(view["nodes"]) == 1
+    shards = view["nodes"][0]["shards"]
+    assert [s["shard"] for s in shards] == list(range(SHARDS)) and all(s["up"] for s in shards)
+    assert sum(s["jobs"] for s in shards) >= 1
+
+
+def test_tokens_and_history_report(tmp_path, server):
+    tokens = tmp_path / "tokens"
+    src = source_for(server, console_token_file=str(tokens), console_history_report=str(tmp_path / "out"))
+    try:
+        assert src.token_names() == {}   # no file yet: no actions
+        tokens.write_text("# who token\nalice s3cret-a\n\nbob s3cret-b\nbroken line here\n")
+        assert src.token_names() == {"s3cret-a": "alice", "s3cret-b": "bob"}
+        tokens.write_text("carol s3cret-c\n")
+        assert src.token_names() == {"s3cret-c": "carol"}
+        assert src.history_report() is None
+        (tmp_path / "out").mkdir()
+        (tmp_path / "out" / "report.html").write_text("<html></html>")
+        assert src.history_report() == str(tmp_path / "out" / "report.html")
+    finally:
+        src.close()
+    assert source_for(server).token_names() == {} and source_for(server).history_report() is None
