@@ -38,6 +38,10 @@ BAD_FILES = [
     ("[server]\nmax_connections = 0\n", ["server.max_connections must be at least 1"]),
     ("[server]\nmax_outstanding_bytes = 4096\n", ["server.max_outstanding_bytes must be at least 65536"]),
     ("[server]\nmax_queues = 0\n", ["server.max_queues must be at least 1"]),
+    ("[console]\ntoken = 3\n", ["unknown key console.token", "did you mean console.token_file?"]),
+    ("[console]\nhistory_report = 5\n", ["console.history_report must be a file path", "got 5"]),
+    ('[console]\ntoken_file = ""\n', ["console.token_file must be a file path"]),
+    ("console = 3\n", ["console must be a table"]),
     ("server = 3\n", ["server must be a table"]),
     ("workq = 3\n", ["workq must be a table"]),
 ]
@@ -174,3 +178,15 @@ def test_takeanumber_empty_reserve_answer_follows_the_flag(extra, answer):
         assert reply == answer
     finally:
         proc.stop()
+
+
+def test_console_section_is_read(tmp_path):
+    from queueserver.config import CONSOLE, Config
+    config = tmp_path / "qs.toml"
+    config.write_text('[console]\ntoken_file = "/etc/queueserver/console-tokens"\n'
+                      'history_report = "/var/lib/queueserver/report"\n')
+    loaded = Config.load(str(config))
+    assert loaded.console_token_file == "/etc/queueserver/console-tokens"
+    assert loaded.console_history_report == "/var/lib/queueserver/report"
+    assert set(CONSOLE) == {"token_file", "history_report"}
+    assert Config().console_token_file is None and Config().console_history_report is None
