@@ -196,9 +196,17 @@ def test_delete_requeue_and_purge(source, wq, caplog):
         wq.send(add(id, q))
     for _ in more:
         assert wq.reply() == b"+OK\r\n"
+    # one of them leased, one finished: a purge takes jobs of every state
+    assert wq.call(f"lease {q} 1000\r\n".encode()).startswith(b"+OK 1\r\n")
+    done = wq.call(f"lease {q} 1000\r\n".encode()).split(b"\r\n")[1].split()[0].decode()
+    assert wq.call(f"complete {done} 2\r\nok\r\n".encode()) == b"+OK\r\n"
+    row = by_name(source.queues())[q]
+    # (the requeued job, out of attempts once released, failed at the first lease: finished too)
+    assert (row["ready"], row["leased"], row["finished"]) == (1198, 1, 2)
     purged = source.purge_queue(q, "carol")
     assert purged["ok"] and purged["count"] == 1201, purged
-    assert by_name(source.queues()).get(q, {"ready": 0})["ready"] == 0
+    row = by_name(source.queues()).get(q)
+    assert row is None or (row["ready"], row["leased"], row["finished"]) == (0, 0, 0)
 
 
 def test_a_console_delete_survives_a_restart_and_the_history_shows_the_job(tmp_path):

@@ -304,52 +304,71 @@ class ShardConsole:
         log.info("console: %s requeued %s job %s in %s", who, what, job.id, name)
         return {"ok": True, "message": f"requeued {what} job {job.id} in {name}", "count": 1, "queue": name}
 
-    def _batch(self, name: str) -> List[str]:
-        """Up to :data:`PURGE_BATCH` ids of queue ``name``'s jobs: from its
-        lines first, then (once they are empty) by a scan."""
-        engine = self.shard.engine
-        queue = engine.queues.get(name)
+    def _line_batch(self, name: str) -> List[str]:
+        """Up to :data:`PURGE_BATCH` ids of queue ``name``'s ready and scheduled jobs."""
+        queue = self.shard.engine.queues.get(name)
         if queue is None:
             return []
         ids = [job.id for job in queue.ready.islice(0, PURGE_BATCH)]
         if len(ids) < PURGE_BATCH:
             ids += [job.id for job in queue.scheduled.islice(0, PURGE_BATCH - len(ids))]
-        if ids or not queue.jobs:
-            return ids
-        jobs = engine.jobs
+        return ids
+
+    def _rest_of(self, name: str, most: int) -> List[str]:
+        """Ids of queue ``name``'s other jobs (leased, finished): one scan, a chunk per loop turn."""
+        jobs = self.shard.engine.jobs
         every = list(jobs)
+        found: List[str] = []
         for start in range(0, len(every), browse.SCAN_CHUNK):
             for id in every[start:start + browse.SCAN_CHUNK]:
                 job = jobs.get(id)
                 if job is not None and job.name == name:
-                    ids.append(id)
-                    if len(ids) >= PURGE_BATCH:
-                        return ids
+                    found.append(id)
+                    if len(found) >= most:
+                        return found
             _yield()
-        return ids
+        return found
+
+    def _delete_all(self, ids: List[str], name: str, who: str, done: int) -> int:
+        """Delete ``ids`` (those still here), :data:`PURGE_BATCH` per loop
+        turn, each batch durable before the next; how many went."""
+        engine = self.shard.engine
+        count = 0
+        for start in range(0, len(ids), PURGE_BATCH):
+            for id in ids[start:start + PURGE_BATCH]:
+                job = engine.jobs.get(id)
+                if job is None or job.name != name:
+                    continue
+                reply = self._execute("delete", (id,), who)
+                if reply[0] == OK:
+                    count += 1
+                elif reply[0] == SERVER_ERROR:
+                    raise Failed(f"purge of {name} stopped after {done + count} jobs: {reply[1]}", 503)
+            settled = self._settled([OK, None])
+            if settled[0] != OK:
+                raise Failed(f"purge of {name} stopped after {done + count} jobs: {settled[1]}", 503)
+            _yield()
+        return count
 
     def purge(self, name: str, who: str) -> Answer:
-        engine = self.shard.engine
-        queue = engine.queues.get(name)
+        """Every job of queue ``name`` it held when asked, whatever its state:
+        the ready and scheduled ones from its lines, then the rest found by
+        one scan; a batch per loop turn (jobs added meanwhile may stay)."""
+        queue = self.shard.engine.queues.get(name)
         if queue is None:
             raise Failed(f"no queue {name!r} here", 404)
-        budget = queue.jobs   # what it held when asked: jobs added meanwhile may stay
+        budget = queue.jobs
         count = 0
-        last: Reply = [OK, None]
         while count < budget:
-            ids = self._batch(name)[:budget - count]
+            ids = self._line_batch(name)[:budget - count]
             if not ids:
                 break
-            for id in ids:
-                if id in engine.jobs:
-                    reply = self._execute("delete", (id,), who)
-                    if reply[0] == OK:
-                        count += 1
-                    elif reply[0] == SERVER_ERROR:
-                        raise Failed(f"purge of {name} stopped after {count} jobs: {reply[1]}", 503)
-            last = self._settled([OK, None])
-            if last[0] != OK:
-                raise Failed(f"purge of {name} stopped after {count} jobs: {last[1]}", 503)
-            _yield()
+            went = self._delete_all(ids, name, who, count)
+            count += went
+            if not went:
+                break
+        queue = self.shard.engine.queues.get(name)
+        if count < budget and queue is not None and queue.jobs:
+            count += self._delete_all(self._rest_of(name, budget - count), name, who, count)
         log.info("console: %s purged %d jobs from %s", who, count, name)
         return {"ok": True, "message": f"purged {count} jobs from {name}", "count": count, "queue": name}
