@@ -242,6 +242,16 @@ class Supervisor:
                              if self.data is not None and config.keeps_history else [])
                           + placement)
                     for i, path in enumerate(sockets)]
+        if self.cluster is not None and self.cluster.replicas and self.data is not None:
+            # the copies this node keeps of other nodes' shards (replicas in the cluster file)
+            for shard in self.cluster.shards():
+                if config.node in self.cluster.followers_of(shard.ordinal):
+                    children.append(Child(f"follower-{shard.ordinal}", [
+                        python, "-m", "queueserver.shard.follower", "--cluster", self.cluster.path,
+                        "--node", config.node, "--ordinal", str(shard.ordinal),
+                        "--data-dir", os.path.join(self.data.path, "replicas", str(shard.ordinal)),
+                        "--fsync", config.fsync, "--compact-after-bytes", str(config.compact_after_bytes),
+                        "--log-level", level]))
         fds = {name: sock.fileno() for name, sock in self.listeners.items()}
         # Every child holds the directories' locks too, so that they stay
         # locked while any process of this server lives (a next server waits

@@ -15,6 +15,9 @@ NAME``)::
     # ca, cert, key: TLS to etcd with a client certificate (etcd's
     # --client-cert-auth is its authentication)
 
+    replicas = 1                     # optional: followers of each shard
+                                     # on other nodes (0, 1 or 2)
+
     [[node]]
     name = "a"
     host = "10.0.0.1"       # where its shard links listen and others dial
@@ -98,6 +101,16 @@ class ClusterSpec:
     nodes: List[NodeSpec]
     tls: Optional[TLSFiles] = None
     etcd: Optional[EtcdSpec] = None
+    replicas: int = 0
+
+    def followers_of(self, ordinal: int) -> List[str]:
+        """The nodes that follow shard ``ordinal``: the next ``replicas`` nodes
+        after its own in the file's order (round the end), skipping removed ones."""
+        shard = self.shards()[ordinal]
+        names = [node.name for node in self.nodes if not node.removed or node.name == shard.node]
+        start = names.index(shard.node)
+        others = [names[(start + step) % len(names)] for step in range(1, len(names))]
+        return others[:self.replicas]
 
     def shards(self) -> List[ShardSpec]:
         """Every shard of every node, by ordinal."""
@@ -190,9 +203,9 @@ def load_cluster(path: str) -> ClusterSpec:
         raise ClusterError(f"cannot read cluster file {path}: {(err.strerror or str(err)).lower()}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise ClusterError(f"{path}: TOML syntax error: {err}") from None
-    unknown = sorted(set(data) - {"secret_file", "tls", "etcd", "node"})
+    unknown = sorted(set(data) - {"secret_file", "tls", "etcd", "replicas", "node"})
     if unknown:
-        raise ClusterError(f"{path}: unknown key {unknown[0]} (valid: secret_file, tls, etcd, node)")
+        raise ClusterError(f"{path}: unknown key {unknown[0]} (valid: secret_file, tls, etcd, replicas, node)")
     if "secret_file" not in data:
         raise ClusterError(f"{path} needs secret_file: a file of at least 16 random bytes, mode 0600, "
                            f"the same on every node (e.g. head -c 32 /dev/urandom | base64 > cluster.secret)")
@@ -224,7 +237,14 @@ def load_cluster(path: str) -> ClusterSpec:
             raise ClusterError(f"{path}: [tls] needs exactly cert, key and ca (file paths)")
         tls = TLSFiles(*(_relative(path, raw[k], f"{path}: tls.{k}") for k in ("cert", "key", "ca")))
     etcd = _etcd(path, data["etcd"]) if "etcd" in data else None
-    return ClusterSpec(os.path.abspath(path), secret_file, nodes, tls, etcd)
+    replicas = data.get("replicas", 0)
+    if not isinstance(replicas, int) or isinstance(replicas, bool) or not 0 <= replicas <= 2:
+        raise ClusterError(f"{path}: replicas must be 0, 1 or 2 (followers of each shard), got {replicas!r}")
+    serving = [node for node in nodes if not node.removed]
+    if replicas >= len(serving):
+        raise ClusterError(f"{path}: replicas = {replicas} needs at least {replicas + 1} nodes (each "
+                           f"follower on a node of its own), the file has {len(serving)}")
+    return ClusterSpec(os.path.abspath(path), secret_file, nodes, tls, etcd, replicas)
 
 
 _ETCD_KEYS = ("endpoints", "prefix", "lease_ttl", "ca", "cert", "key")

@@ -35,6 +35,7 @@ from ..engine.effects import Effects
 from ..engine.status import SERVER_ERROR, Reply
 from ..store import AppendLog, StoreError, recover
 from ..store.compaction import write_snapshot
+from .replication import Replicator
 
 log = logging.getLogger("queueserver.shard")
 
@@ -69,6 +70,8 @@ class Durability:
         self._durable = 0      # events the log has confirmed
         self._held: Deque[Tuple[int, Callable[[Reply], None], Reply]] = deque()
         self.worst_pause = 0.0   # seconds: the longest fork of a compaction
+        #: the followers every answer also waits for (a replicated cluster's primary; None: none)
+        self.replicator: Optional[Replicator] = None
 
     # ------------------------------------------------------------ recovery
     def recover(self, engine: Engine) -> Tuple[int, float]:
@@ -97,25 +100,45 @@ class Durability:
             for event in events:
                 append(event)
             self.appended += len(events)
+            if self.replicator is not None:
+                self.replicator.publish(events)
 
     def answer(self, send: Callable[[Reply], None], reply: Reply) -> None:
-        """``send(reply)`` now, or once everything appended before it is durable."""
-        if self.appended > self._durable:
+        """``send(reply)`` now, or once everything appended before it is
+        durable (and, with followers, held by every in-sync follower)."""
+        if self.appended > self._durable or (self.replicator is not None
+                                             and self.appended > self.replicator.replicated()):
             self._held.append((self.appended, send, reply))
         else:
             send(reply)
 
     def commit(self) -> None:
-        """At the end of a loop turn: one commit for everything it appended."""
+        """At the end of a loop turn: one commit for everything it appended
+        (and one frame of it to each follower)."""
         if self.appended > self._committed:
             upto = self._committed = self.appended
+            if self.replicator is not None:
+                self.replicator.flush()
             self.wal.commit(lambda error: self._done(upto, error))
+
+    def release(self) -> None:
+        """Send the held answers whose changes are now durable everywhere they must be."""
+        upto = self._durable
+        if self.replicator is not None:
+            upto = min(upto, self.replicator.replicated())
+        held = self._held
+        while held and held[0][0] <= upto:
+            _, send, reply = held.popleft()
+            send(reply)
 
     def _done(self, upto: int, error: Optional[BaseException]) -> None:
         held = self._held
         if error is None:
             if upto > self._durable:
                 self._durable = upto
+            if self.replicator is not None:
+                self.release()
+                return
             while held and held[0][0] <= upto:
                 _, send, reply = held.popleft()
                 send(reply)

@@ -43,6 +43,7 @@ from ..engine.status import NOT_FOUND, OK, SERVER_ERROR, Reply
 from ..lifecycle import EXIT_REFUSED
 from ..store import StoreError
 from .durability import Durability
+from .replication import Replicator
 from .idhome import IdHome
 from .peers import DUPLICATE, GRANTED, Peers
 from ..router.shardlink import Address
@@ -108,8 +109,12 @@ class Shard:
         #: the shard's log, when it is durable (None: jobs live in memory only)
         self.durability: Optional[Durability] = None
         if data_dir is not None:
-            self.durability = Durability(data_dir, index, shards, fsync, fsync_interval,
-                                         compact_after_bytes)
+            durability = self.durability = Durability(data_dir, index, shards, fsync, fsync_interval,
+                                                      compact_after_bytes)
+            if cluster is not None and cluster.spec.replicas:
+                # the primary of its group: every answer waits for the in-sync followers too
+                durability.replicator = Replicator(self.engine.snapshot, lambda: durability.appended,
+                                                   durability.release, cluster.me.name)
         #: the job history (None: not kept), and who is behind parked requests
         self.history: Optional[HistoryWriter] = None
         self._contexts: Dict[Token, Sequence[str]] = {}
@@ -484,6 +489,8 @@ class Shard:
             self.home.expect(())
         if self.cluster is not None:
             self._tasks.spawn(self.cluster.listen, self._serve_channel)
+        if self.durability is not None and self.durability.replicator is not None:
+            self.durability.replicator.start()
         while True:
             sock, _ = listener.accept()
             self._tasks.spawn(self._serve_channel, sock)
@@ -510,6 +517,7 @@ class Shard:
         durability = self.durability
         cluster = self.cluster
         engine = self.engine
+        replicator = durability.replicator if durability is not None else None
 
         def handle(frame: Any) -> None:   # [request id, op, args, context?, slots?] (msgpack)
             req_id, op, args = frame[0], frame[1], frame[2]
@@ -524,6 +532,10 @@ class Shard:
                     self.router_clients[cid] = args
                 elif op == "router":  # which router this channel belongs to
                     self.router_channels[args] = cid
+                elif op == "ack" and replicator is not None:   # a follower holds the stream up to args
+                    replicator.acked(channel, args)
+                elif op == "replicate" and replicator is not None:   # a follower asks for the stream
+                    replicator.attach(channel, args[0])
                 return
             if op == "homed":   # a home lists the jobs of its ids here (no slot: never MOVED)
                 self._home_op(channel, req_id, op, args)
@@ -562,6 +574,8 @@ class Shard:
         except Exception:  # an undecodable stream: drop this channel only
             log.exception("shard %d: channel %d sent what cannot be decoded", self.index, cid)
         finally:
+            if replicator is not None:
+                replicator.detach(channel)
             del self.channels[cid]
             self.router_clients.pop(cid, None)
             for router in [r for r, c in self.router_channels.items() if c == cid]:
@@ -657,6 +671,8 @@ class Shard:
         request that still arrives on a handed-over connection is refused)."""
         self.stopping = True
         self._tasks.kill()
+        if self.durability is not None and self.durability.replicator is not None:
+            self.durability.replicator.stop()
         if self.peers is not None:
             self.peers.stop()
         if self.cluster is not None:

@@ -1,0 +1,190 @@
+"""A primary shard's followers: its log, streamed to shards on other nodes.
+
+Why: a job acknowledged by one host is lost with that host's disk. With
+``replicas`` set in the cluster file, each shard (the primary of its group)
+streams every event it appends to its log to followers on other nodes
+(:mod:`.follower`), which apply it to an engine of their own and append it
+to a log of their own. A change is acknowledged to its client only once it
+is in the primary's log and in the log of every *in-sync* follower, each
+under its fsync policy (Kafka's ``acks=all``).
+
+The stream, as control frames (request id 0) of the link a follower opened
+and authenticated as any router does::
+
+    follower -> primary  [0, "replicate", [node]]
+    primary  -> follower [0, "snap", [base, events, last]]  the live state, in parts
+    primary  -> follower [0, "rec", [upto, events]]         each loop turn's events
+    follower -> primary  [0, "ack", upto]                   durable up to there
+
+Positions count the events the primary appended since it started (its
+``Durability.appended``). A follower that connects (or reconnects, or
+falls behind) gets the whole live state again (``engine.snapshot()``, the
+same events a compacted log starts with) and is *catching up* until it
+acknowledged that; it then is *in sync*. An in-sync follower that leaves
+(its link closes) or has left an event unacknowledged for ``lag_limit``
+seconds drops out of the in-sync set, and the answers waiting for it are
+released: the group goes on with fewer copies rather than stop, each drop
+one log line, and the follower catches up again from a new snapshot.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from itertools import islice
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+import gevent
+
+from ..engine.effects import Event
+from ..net.channel import FrameChannel
+
+log = logging.getLogger("queueserver.shard")
+
+#: Events per part of a snapshot (a frame stays a few MiB at most).
+SNAPSHOT_PART = 2000
+#: Seconds an in-sync follower may leave an event unacknowledged.
+LAG_LIMIT = 2.0
+#: Positions no follower holds back (nobody in sync).
+UNBOUNDED = 1 << 62
+
+CATCHING_UP = "catching-up"
+IN_SYNC = "in-sync"
+
+
+class Follower:
+    """One follower's stream, as the primary sees it."""
+
+    __slots__ = ("node", "channel", "state", "base", "acked", "sent", "waiting_since", "pending")
+
+    def __init__(self, node: str, channel: FrameChannel, base: int) -> None:
+        self.node = node
+        self.channel = channel
+        self.state = CATCHING_UP
+        self.base = base            # the position its snapshot stands for
+        self.acked = -1             # durable on the follower up to here (-1: nothing yet)
+        self.sent = base            # streamed up to here
+        self.waiting_since: Optional[float] = None   # since when something sent is unacknowledged
+        self.pending: List[Event] = []               # this loop turn's events, not yet sent
+
+
+class Replicator:
+    """The primary's side: followers, their positions, and what they hold back."""
+
+    def __init__(self, snapshot: Callable[[], Iterator[Event]], position: Callable[[], int],
+                 released: Callable[[], None], name: str, lag_limit: float = LAG_LIMIT) -> None:
+        """``snapshot()``: the engine's live state as events; ``position()``:
+        events appended so far; ``released()``: called when the in-sync set's
+        position moved (held answers may go)."""
+        self._snapshot = snapshot
+        self._position = position
+        self._released = released
+        self.name = name
+        self.lag_limit = lag_limit
+        self.followers: Dict[int, Follower] = {}   # by id(channel)
+        self.drops = 0
+        self._watch: Optional[gevent.Greenlet[[], None]] = None
+
+    def start(self) -> None:
+        self._watch = gevent.spawn(self._watch_lag)
+
+    def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.kill(block=False)
+
+    # ---------------------------------------------------------- followers
+    def attach(self, channel: FrameChannel, node: str) -> None:
+        """A follower asked for the stream: the live state now, then every event."""
+        base = self._position()
+        follower = Follower(str(node), channel, base)
+        old = [key for key, f in self.followers.items() if f.node == follower.node]
+        for key in old:   # a reconnect: its former stream is over
+            self._drop(self.followers[key], "reconnected")
+        self.followers[id(channel)] = follower
+        events = self._snapshot()
+        count = 0
+        while True:
+            part = list(islice(events, SNAPSHOT_PART))
+            count += len(part)
+            last = len(part) < SNAPSHOT_PART
+            channel.send([0, "snap", [base, part, last]])
+            if last:
+                break
+        log.info("shard %s: follower on node %s attached; sent the live state (%d events) at "
+                 "position %d", self.name, follower.node, count, base)
+
+    def detach(self, channel: FrameChannel) -> None:
+        follower = self.followers.get(id(channel))
+        if follower is not None:
+            self._drop(follower, "its link closed")
+
+    def acked(self, channel: FrameChannel, upto: Any) -> None:
+        follower = self.followers.get(id(channel))
+        if follower is None or not isinstance(upto, int) or upto <= follower.acked:
+            return
+        follower.acked = upto
+        follower.waiting_since = None if upto >= follower.sent else time.monotonic()
+        if follower.state == CATCHING_UP:
+            if upto >= follower.base:
+                follower.state = IN_SYNC
+                log.info("shard %s: follower on node %s is in sync at position %d", self.name,
+                         follower.node, upto)
+            return
+        self._released()
+
+    # ------------------------------------------------------------ the stream
+    def publish(self, events: List[Event]) -> None:
+        """Events just appended to the log: each follower's next frame."""
+        for follower in self.followers.values():
+            follower.pending += events
+
+    def flush(self) -> None:
+        """At the end of a loop turn: each follower gets the turn's events in one frame."""
+        upto = self._position()
+        for follower in self.followers.values():
+            if follower.pending:
+                follower.channel.send([0, "rec", [upto, follower.pending]])
+                follower.pending = []
+                follower.sent = upto
+                if follower.waiting_since is None:
+                    follower.waiting_since = time.monotonic()
+
+    def replicated(self) -> int:
+        """The position every in-sync follower holds durably (UNBOUNDED: none in sync)."""
+        lowest = UNBOUNDED
+        for follower in self.followers.values():
+            if follower.state == IN_SYNC and follower.acked < lowest:
+                lowest = follower.acked
+        return lowest
+
+    def in_sync(self) -> List[str]:
+        return sorted(f.node for f in self.followers.values() if f.state == IN_SYNC)
+
+    def status(self) -> List[Dict[str, Any]]:
+        """Each follower's state and lag (events), for /status and ``cluster status``."""
+        upto = self._position()
+        return [{"node": f.node, "state": f.state, "acked": f.acked, "lag": max(0, upto - f.acked)}
+                for f in self.followers.values()]
+
+    # ------------------------------------------------------------- leaving
+    def _watch_lag(self) -> None:
+        while True:
+            gevent.sleep(min(0.1, self.lag_limit / 4))
+            now = time.monotonic()
+            for follower in list(self.followers.values()):
+                since = follower.waiting_since
+                if since is not None and now - since > self.lag_limit:
+                    self._drop(follower, f"left events unacknowledged for over {self.lag_limit:g} s")
+
+    def _drop(self, follower: Follower, why: str) -> None:
+        del self.followers[id(follower.channel)]
+        was = follower.state
+        if was == IN_SYNC:
+            self.drops += 1
+            log.warning("shard %s: follower on node %s left the in-sync set (%s); acknowledging "
+                        "with %d in-sync followers", self.name, follower.node, why, len(self.in_sync()))
+        else:
+            log.info("shard %s: follower on node %s stopped catching up (%s)", self.name,
+                     follower.node, why)
+        follower.channel.close()
+        if was == IN_SYNC:
+            self._released()
