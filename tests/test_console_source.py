@@ -290,3 +290,57 @@ def test_tokens_and_history_report(tmp_path, server):
     finally:
         src.close()
     assert source_for(server).token_names() == {} and source_for(server).history_report() is None
+
+
+def test_a_job_is_found_on_another_node_of_a_cluster(tmp_path):
+    """Two nodes: node a's console finds node b's jobs through b's console
+    (``/api/job?id=...&scope=node``), and its cluster page shows both nodes."""
+    import re
+    from pathlib import Path
+
+    from cluster_nodes import Nodes
+
+    with Nodes(Path(tmp_path), shards=(1, 1), protocols=["workq"]) as nodes:
+        nodes.start()
+        # Where each node's console listens (the kernel picked the ports), as a
+        # cluster file with metrics_port says it.
+        text = nodes.file.read_text()
+        for name, proc in nodes.procs.items():
+            text = re.sub(rf'(name = "{name}"\n)', rf'\1metrics_port = {proc.ports["metrics"]}\n', text)
+        (Path(tmp_path) / "console-cluster.toml").write_text(text)
+        config = Config(shards=1, cluster=str(Path(tmp_path) / "console-cluster.toml"), node="a")
+        src = ConsoleSource(config, lambda name: os.path.join(str(nodes.procs["a"].runtime_dir), name))
+        try:
+            w = Wire(socket_to(nodes.address("b")))
+            placed = {}
+            for i in range(12):
+                id, q = new_id(), f"spread-{i}-{new_id()[:4]}"
+                assert w.call(add(id, q)) == b"+OK\r\n"
+                placed[id] = q
+            w.close()
+            seen = {}
+            for id, q in placed.items():
+                detail = src.job(id)
+                assert detail["job"]["queue"] == q
+                seen[id] = detail["node"]
+            assert set(seen.values()) == {"a", "b"}, seen   # slots are shared between the nodes
+            on_b = next(id for id, node in seen.items() if node == "b")
+            number = src.job(on_b)["job"]["number"]
+            assert src.job(str(number))["node"] == "b"
+            with pytest.raises(NotFound) as err:
+                src.delete_job(on_b, "alice")   # actions are each node's own
+            assert "node b" in err.value.message
+            with pytest.raises(NotFound):
+                src.job(new_id())
+            view = src.cluster()
+            assert view["clustered"] and [n["name"] for n in view["nodes"]] == ["a", "b"]
+            assert all(n["up"] for n in view["nodes"]) and all(n["shards"] for n in view["nodes"])
+            assert view["nodes"][0]["shards"][0]["slots"]   # a's slot ranges
+            assert any(link["state"] == "up" for link in view["links"])
+        finally:
+            src.close()
+
+
+def socket_to(address):
+    import socket
+    return socket.create_connection(address, timeout=15)
