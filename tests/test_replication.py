@@ -96,6 +96,13 @@ def test_an_answer_waits_for_the_in_sync_follower_until_it_drops_out(tmp_path: P
             os.kill(stuck, signal.SIGCONT)
         # It dials again, takes the live state and is in sync once more.
         wait_in_sync(nodes, 3)
+        wait_for(lambda: all(row["followers"] and row["followers"][0]["state"] == "in-sync"
+                             for row in nodes.status()), 15, "cluster status to show both followers in sync")
+        rows = {row["shard"]: row for row in nodes.status()}
+        assert [(f["node"], f["state"]) for f in rows["a/0"]["followers"]] == [("b", "in-sync")]
+        assert [(f["node"], f["state"]) for f in rows["b/0"]["followers"]] == [("a", "in-sync")]
+        assert rows["a/0"]["followers"][0]["lag"] >= 0
+        assert "follower on b: in-sync" in nodes.cli("status").stdout
 
 
 def test_a_follower_restarted_takes_the_live_state_again(tmp_path: Path) -> None:

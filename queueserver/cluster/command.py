@@ -151,7 +151,8 @@ def _status(spec: ClusterSpec, rebalancer: "Rebalancer", as_json: bool) -> int:
             continue
         rows.append({"shard": shard.name, "ordinal": shard.ordinal, "up": True,
                      "slots": sum(end - start for start, end, _ in state["served"]),
-                     "jobs": state["jobs"], "moving": state["moving"]})
+                     "jobs": state["jobs"], "moving": state["moving"],
+                     "followers": state.get("followers", [])})
     for shard, row in zip(spec.shards(), rows):
         row["node"] = shard.node
         if liveness is not None:
@@ -166,4 +167,9 @@ def _status(spec: ClusterSpec, rebalancer: "Rebalancer", as_json: bool) -> int:
             continue
         moving = f"  moving: {row['moving']}" if row["moving"] else ""
         print(f"{row['shard']:>12}  {row['slots']:>6} slots  {row['jobs']:>9} jobs{lease}{moving}")
+        for follower in row["followers"]:
+            print(f"{'':>12}  follower on {follower['node']}: {follower['state']}, "
+                  f"{follower['lag']} events behind")
+        if spec.replicas and len([f for f in row["followers"] if f["state"] == "in-sync"]) < spec.replicas:
+            print(f"{'':>12}  {spec.replicas} followers wanted: acknowledged jobs are on fewer hosts")
     return 0 if all(row["up"] for row in rows) else 1

@@ -8,7 +8,7 @@ short because slots are given out in runs.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, List, NotRequired, Optional, Sequence, TypedDict
+from typing import Any, Dict, Iterable, List, NotRequired, Optional, Sequence, TypedDict
 
 import xxhash
 
@@ -44,9 +44,11 @@ class SlotsSummary(TypedDict):
 
 
 class SlotsAnswer(SlotsSummary):
-    """A shard's answer to ``slots``: its summary, its ordinal and its job count."""
+    """A shard's answer to ``slots``: its summary, its ordinal and its job count
+    (and, a replicated cluster's, each follower's state and lag)."""
     shard: int
     jobs: int
+    followers: NotRequired[List[Dict[str, Any]]]
 
 
 class MoveOutPart(TypedDict):

@@ -601,8 +601,10 @@ class Shard:
         """A request of ``queueserver cluster`` (or a router asking for the map)."""
         slots = self._slots()
         if op == "slots":
-            channel.send([req_id, [OK, {"shard": self.index, **slots.summary(),
-                                        "jobs": len(self.engine.jobs)}]])
+            answer: Dict[str, Any] = {"shard": self.index, **slots.summary(), "jobs": len(self.engine.jobs)}
+            if self.durability is not None and self.durability.replicator is not None:
+                answer["followers"] = self.durability.replicator.status()
+            channel.send([req_id, [OK, answer]])
             return
         move = slots.moves.get(args[0]) if op == "move_done" else None
         named: Sequence[int] = from_ranges(args[0]) if op in ("move_in", "move_out") else ()
