@@ -6,7 +6,8 @@ click a table header to sort by that column (numbers by their ``data-v``);
 an element with ``data-src`` is refreshed from that URL every 2 s (the
 overview's live section, a queue's chart) while the tab is visible, and a
 table's sort is kept across refreshes; a token typed into one action form
-is offered in the others of the tab (``sessionStorage``: gone with the tab).
+is offered in the others of the tab once an action with it succeeded
+(``sessionStorage``: gone with the tab).
 """
 
 CONSOLE_JS = r"""
@@ -75,12 +76,19 @@ CONSOLE_JS = r"""
   }
 
   function rememberTokens() {
+    // A token is kept for the tab only once an action with it succeeded (the
+    // page after it shows the green notice): a mistyped one is never offered.
     var saved = null;
-    try { saved = sessionStorage.getItem("qs-token"); } catch (e) {}
+    try {
+      var pending = sessionStorage.getItem("qs-token-pending");
+      sessionStorage.removeItem("qs-token-pending");
+      if (pending && document.querySelector(".flash.ok")) sessionStorage.setItem("qs-token", pending);
+      saved = sessionStorage.getItem("qs-token");
+    } catch (e) {}
     Array.prototype.forEach.call(document.querySelectorAll("input[name=token]"), function (input) {
       if (saved && !input.value) input.value = saved;
       input.form.addEventListener("submit", function () {
-        try { sessionStorage.setItem("qs-token", input.value); } catch (e) {}
+        try { sessionStorage.setItem("qs-token-pending", input.value); } catch (e) {}
       });
     });
   }

@@ -259,8 +259,11 @@ def job_page(detail: JobDetail, node: str, csrf: str, notice: str = "") -> str:
              ("Payload", f'{fmt_int(detail["payload_size"])} bytes')]
     lease = detail["lease"]
     if lease:
-        lease_html = _kv([("Connection", f'<span class=mono>{esc(lease["connection"])}</span>'),
-                          ("Protocol", f'<span class=chip>{esc(lease["protocol"])}</span>'),
+        unknown = '<span class=muted>unknown (the job history names it)</span>'
+        lease_html = _kv([("Connection", f'<span class=mono>{esc(lease["connection"])}</span>' if lease["connection"]
+                           else unknown),
+                          ("Protocol", f'<span class=chip>{esc(lease["protocol"])}</span>' if lease["protocol"]
+                           else unknown),
                           ("TTR left", fmt_age(lease["ttr_left_s"]))])
     else:
         lease_html = '<p class=muted>Not leased: no client holds this job.</p>'
@@ -295,13 +298,13 @@ def job_page(detail: JobDetail, node: str, csrf: str, notice: str = "") -> str:
     body = (
         crumbs(("Overview", "/"), (j["queue"], url("queues", j["queue"])), (ident, None))
         + f'<div class=head><h1 class=mono>Job {esc(ident)}</h1>{state_badge(j["state"])}</div>' + notice
-        + '<div class="grid g2"><div class=card><h2>Details</h2>' + _kv(facts) + "</div>"
-        + '<div><div class=card><h2>Lease</h2>' + lease_html + "</div>"
-        + '<div class=card><h2>Actions</h2>' + actions + "</div></div></div>"
+        + '<div class="grid g2"><div class=card id=details><h2>Details</h2>' + _kv(facts) + "</div>"
+        + '<div><div class=card id=lease><h2>Lease</h2>' + lease_html + "</div>"
+        + '<div class=card id=actions><h2>Actions</h2>' + actions + "</div></div></div>"
         + payload
         + '<div class="grid g2"><div class=card><h2>Result</h2>' + result_html + "</div>"
         + '<div class=card><h2>More</h2>' + extra_html + "</div></div>"
-        + '<div class=card><h2>History</h2>' + history + "</div>")
+        + '<div class=card id=history><h2>History</h2>' + history + "</div>")
     return page(f"Job {ident}", body, node)
 
 

@@ -1,0 +1,296 @@
+"""The web console in a real browser (Debian's Chromium driven by Playwright).
+
+One real server (2 shards, workq and takeanumber, durable with its job
+history, a token file and a history report named by its config) for the module; jobs are added over
+workq and takeanumber, and each test drives the pages a user would: the
+overview (live, sortable), the search box with a job id and a number, a
+queue's page, a job's page, deleting with the token through the form and
+being refused without it or with a wrong one, a purge through its
+confirmation step, the cluster page, and the error pages. Every page is
+saved under ``test-artifacts/screenshots/console-*.png`` for a person to
+look at.
+"""
+from __future__ import annotations
+
+import json
+import re
+import socket
+import urllib.request
+import uuid
+from typing import Any, Dict, Iterator, List
+
+import pytest
+from playwright.sync_api import expect
+
+from queueserver.client import Client
+
+from browser import screenshot
+from serverproc import ServerProcess, wait_for
+
+TOKEN = "tok-" + uuid.uuid4().hex
+SHARDS = 2
+
+
+class Console:
+    """The server under test and what was added to it."""
+
+    def __init__(self, proc: ServerProcess) -> None:
+        self.proc = proc
+        self.base = f"http://{proc.host}:{proc.ports['metrics']}"
+        self.emails: List[str] = []
+        self.reports: List[str] = []
+
+    def url(self, path: str) -> str:
+        return self.base + path
+
+    def api(self, path: str) -> Any:
+        with urllib.request.urlopen(self.url(path), timeout=10) as answer:
+            return json.loads(answer.read())
+
+    def row(self, name: str) -> Dict[str, Any]:
+        return next(r for r in self.api("/api/queues")["queues"] if r["name"] == name)
+
+    def add_workq(self, queue: str, count: int) -> List[str]:
+        ids = [str(uuid.uuid4()) for _ in range(count)]
+        with Client(self.proc.host, self.proc.port("workq")) as client:
+            pipe = client.pipeline()
+            for i, id in enumerate(ids):
+                pipe.add(id, queue, json.dumps({"to": f"user{i}@example.com", "template": "welcome"}),
+                         60_000, 3_600_000)
+            assert pipe.execute() == [None] * count
+        return ids
+
+    def add_takeanumber(self, queue: str, count: int) -> List[str]:
+        ids = []
+        with socket.create_connection((self.proc.host, self.proc.port("takeanumber")), timeout=10) as sock:
+            reader = sock.makefile("rb")
+            for i in range(count):
+                sock.sendall(b"ADD %s 3 monthly report %d\r\n" % (queue.encode(), i))
+                line = reader.readline()
+                assert line.startswith(b"+"), line
+                ids.append(line[1:].strip().decode())
+        return ids
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory) -> Iterator[Console]:
+    home = tmp_path_factory.mktemp("console")
+    (home / "tokens").write_text(f"# name token\nalice {TOKEN}\n")
+    (home / "report.html").write_text("<!doctype html><title>history report</title><h1>History report</h1>")
+    config = home / "queueserver.toml"
+    config.write_text(f'[console]\ntoken_file = "{home / "tokens"}"\nhistory_report = "{home / "report.html"}"\n')
+    proc = ServerProcess(shards=SHARDS, protocols=["workq", "takeanumber"], extra=["--config", str(config), "--data-dir", str(home / "data")])
+    with proc:
+        c = Console(proc)
+        c.emails = c.add_workq("emails", 12)
+        c.add_workq("thumbnails", 4)
+        c.add_workq("bulk", 130)
+        c.reports = c.add_takeanumber("reports", 3)
+        wait_for(lambda: {"emails", "thumbnails", "bulk", "reports"}
+                 <= {r["name"] for r in c.api("/api/queues")["queues"]}, 20, "the queues on /api/queues")
+        yield c
+
+
+def rendered_count(page, queue: str, column: int) -> str:   # type: ignore[no-untyped-def]
+    return str(page.locator(f'tr[data-queue="{queue}"] td').nth(column).inner_text()).strip()
+
+
+READY = 2   # the overview's columns: queue, depth, ready, ...
+
+
+# ----------------------------------------------------------------- overview
+def test_overview_lists_every_queue_with_its_counts(console, page):
+    page.goto(console.url("/"))
+    for queue, ready in (("emails", 12), ("thumbnails", 4), ("bulk", 130), ("reports", 3)):
+        assert rendered_count(page, queue, READY) == str(ready)
+    assert "takeanumber" in page.locator('tr[data-queue="reports"]').inner_text()
+    assert "workq" in page.locator('tr[data-queue="emails"]').inner_text()
+    screenshot(page, "console-overview")
+
+
+def test_overview_refreshes_itself_and_sorts(console, page):
+    page.goto(console.url("/"))
+    page.evaluate("window.sameDocument = true")
+    page.locator("th", has_text="Ready").first.click()   # numbers sort largest first
+    assert page.locator("tbody tr").first.get_attribute("data-queue") == "bulk"
+    console.add_workq("thumbnails", 2)
+    expect(page.locator('tr[data-queue="thumbnails"] td').nth(READY)).to_have_text("6", timeout=15_000)
+    assert page.evaluate("window.sameDocument") is True   # no reload: the rows were swapped in
+    assert page.locator("tbody tr").first.get_attribute("data-queue") == "bulk"   # the sort was kept
+    page.locator("th", has_text="Queue").first.click()
+    names = [r.get_attribute("data-queue") for r in page.locator("tbody tr").all()]
+    assert names == sorted(names)
+
+
+def test_search_finds_a_job_by_id_and_by_number(console, page):
+    id = console.emails[3]
+    page.goto(console.url("/"))
+    page.fill("form.search input[name=q]", id)
+    page.press("form.search input[name=q]", "Enter")
+    page.wait_for_url(re.compile(r"/jobs/"))
+    assert id in page.locator("h1").inner_text()
+    number = console.api(f"/api/job?id={id}")["job"]["number"]
+    assert isinstance(number, int)
+    page.fill("form.search input[name=q]", str(number))
+    page.press("form.search input[name=q]", "Enter")
+    page.wait_for_url(re.compile(rf"/jobs/{id}"))
+    assert "emails" in page.locator(".crumbs").inner_text()
+    page.fill("form.search input[name=q]", "mail")
+    page.press("form.search input[name=q]", "Enter")
+    page.wait_for_url(re.compile(r"/search\?q=mail"))
+    assert page.locator("a", has_text="emails").count() >= 1
+    screenshot(page, "console-search")
+
+
+# ------------------------------------------------------------ queue and job
+def test_queue_page_lists_its_jobs_with_a_chart(console, page):
+    page.goto(console.url("/queues/emails"))
+    assert page.locator("h1").inner_text() == "emails"
+    ids = [t.strip() for t in page.locator("table tbody td.id").all_inner_texts()]
+    assert set(console.emails) <= set(ids)
+    assert page.locator("#chart").count() == 1
+    page.wait_for_selector("#chart svg", timeout=20_000)   # after two samples of the rates
+    screenshot(page, "console-queue")
+    page.goto(console.url("/queues/emails?state=leased"))
+    assert "No jobs leased" in page.inner_text("main")
+    screenshot(page, "console-queue-empty")
+
+
+def test_a_long_queue_is_paginated_and_per_page_is_capped(console, page):
+    page.goto(console.url("/queues/bulk"))
+    assert page.locator("table tbody tr").count() == 50
+    page.locator(".pager a", has_text="Next").click()
+    page.wait_for_url(re.compile(r"page=2"))
+    assert page.locator("table tbody tr").count() == 50
+    response = page.goto(console.url("/queues/bulk?per_page=1000000"))
+    assert response.status == 200
+    assert page.locator("table tbody tr").count() == 100
+    assert "At most 100 jobs a page" in page.inner_text("main")
+    screenshot(page, "console-queue-paginated")
+
+
+def test_job_page_shows_the_payload_as_text_and_hex(console, page):
+    id = console.emails[0]
+    page.goto(console.url(f"/jobs/{id}"))
+    text = page.inner_text("main")
+    assert id in text and "emails" in text and "READY" in text.upper()
+    assert "user0@example.com" in page.locator(".p-text").inner_text()
+    assert not page.locator(".p-hex").is_visible()
+    screenshot(page, "console-job")
+    page.click("label[for=pt-hex]")
+    assert page.locator(".p-hex").is_visible()
+    assert "7b 22 74 6f" in page.locator(".p-hex").inner_text()   # {"to
+    screenshot(page, "console-job-hex")
+
+
+def test_a_takeanumber_job_with_its_lease(console, page):
+    with socket.create_connection((console.proc.host, console.proc.port("takeanumber")), timeout=10) as sock:
+        sock.sendall(b"RESERVE reports\r\n")
+        line = sock.makefile("rb").readline()
+        id = line[1:].split(b" ")[0].decode()
+        page.goto(console.url(f"/jobs/{id}"))
+        assert "LEASED" in page.inner_text("main").upper()
+
+        def holder_named() -> bool:   # the history line naming the holder is written a moment later
+            page.reload()
+            return "takeanumber" in page.locator("#lease").inner_text()
+
+        wait_for(holder_named, 15, "the lease holder's protocol on the job page")
+        assert "reserved" in page.locator("#history").inner_text() or "leased" in page.locator("#history").inner_text()
+        screenshot(page, "console-job-leased")
+
+
+# ------------------------------------------------------------------ actions
+def test_delete_with_the_token_and_the_count_falls(console, page):
+    before = console.row("emails")["ready"]
+    id = console.emails.pop()
+    page.goto(console.url(f"/jobs/{id}"))
+    page.fill("form[action$='/delete'] input[name=token]", TOKEN)
+    page.click("form[action$='/delete'] button")
+    page.wait_for_url(re.compile(r"/queues/emails\?notice=deleted"))
+    assert f"Deleted job {id}" in page.inner_text(".flash")
+    assert page.locator("a.tile", has_text="Ready").locator(".v").inner_text() == str(before - 1)
+    screenshot(page, "console-deleted")
+    assert console.row("emails")["ready"] == before - 1
+    page.goto(console.url("/"))
+    assert rendered_count(page, "emails", READY) == str(before - 1)
+    missing = page.goto(console.url(f"/jobs/{id}"))
+    assert missing.status == 404
+
+
+def test_actions_are_refused_without_the_token(console, page):
+    id = console.emails[1]
+    page.goto(console.url(f"/jobs/{id}"))
+    page.fill("form[action$='/delete'] input[name=token]", "not-the-token")
+    with page.expect_navigation():
+        page.click("form[action$='/delete'] button")
+    assert "403" in page.inner_text(".code")
+    assert "not valid" in page.inner_text("main")
+    screenshot(page, "console-forbidden")
+    page.goto(console.url(f"/jobs/{id}"))
+    page.evaluate("document.querySelectorAll('input[name=token]').forEach(i => i.required = false)")
+    with page.expect_navigation():
+        page.click("form[action$='/delete'] button")
+    assert "403" in page.inner_text(".code") and "needs a token" in page.inner_text("main")
+    assert console.api(f"/api/job?id={id}")["job"]["id"] == id   # still there
+    response = page.goto(console.url(f"/jobs/{id}/delete"))     # an action by a link: never
+    assert response.status == 405
+
+
+def test_purge_goes_through_a_confirmation_step(console, page):
+    assert console.row("thumbnails")["ready"] > 0
+    page.goto(console.url("/queues/thumbnails"))
+    page.fill("form[action$='/purge'] input[name=token]", TOKEN)
+    page.click("form[action$='/purge'] button")
+    page.wait_for_url(re.compile(r"/queues/thumbnails/purge"))
+    assert "Purge thumbnails?" in page.inner_text("h1")
+    assert console.row("thumbnails")["ready"] > 0   # nothing yet
+    screenshot(page, "console-purge-confirm")
+    page.fill("input[name=confirm]", "thumbnail")   # typed wrong: nothing happens
+    page.fill("form[action$='/purge'] input[name=token]", TOKEN)
+    page.click("form[action$='/purge'] button.danger")
+    assert "does not match" in page.inner_text("main")
+    assert console.row("thumbnails")["ready"] > 0
+    page.fill("input[name=confirm]", "thumbnails")
+    page.fill("form[action$='/purge'] input[name=token]", TOKEN)
+    page.click("form[action$='/purge'] button.danger")
+    page.wait_for_url(re.compile(r"notice=purged"))
+    assert "Purged" in page.inner_text(".flash")
+    assert "No jobs ready" in page.inner_text("main")
+    screenshot(page, "console-purged")
+    wait_for(lambda: all(r["ready"] == 0 for r in console.api("/api/queues")["queues"]
+                         if r["name"] == "thumbnails"), 10, "thumbnails to be empty")
+
+
+# ------------------------------------------------------- cluster, history
+def test_cluster_page(console, page):
+    page.goto(console.url("/"))
+    page.click("nav.main a:has-text('Cluster')")
+    page.wait_for_url(re.compile(r"/cluster$"))
+    assert page.locator("h1").inner_text() == "Cluster"
+    assert page.locator("table").first.locator("tbody tr").count() == SHARDS
+    screenshot(page, "console-cluster")
+
+
+def test_history_report_is_linked_and_served(console, page):
+    page.goto(console.url("/queues/emails"))
+    page.click("a:has-text('History report')")
+    page.wait_for_url(re.compile(r"/history/report$"))
+    assert page.locator("h1").inner_text() == "History report"
+
+
+# ------------------------------------------------------------ bad input
+def test_error_pages(console, page):
+    response = page.goto(console.url("/queues/no-such-queue"))
+    assert response.status == 404
+    assert "404" in page.inner_text(".code")
+    assert "Traceback" not in page.content()
+    screenshot(page, "console-not-found")
+    response = page.goto(console.url("/jobs/not-a-job-id"))
+    assert response.status == 400
+    assert "not a job id" in page.inner_text("main")
+    screenshot(page, "console-bad-request")
+    response = page.goto(console.url("/queues/emails?state=lost"))
+    assert response.status == 400
+    response = page.goto(console.url("/no/such/page"))
+    assert response.status == 404
