@@ -423,10 +423,12 @@ class ConsoleSource:
             return self._detail(*found)
         silent: List[str] = []
         if cluster_wide:
-            for name, url in self._other_consoles():
+            query = urllib.parse.urlencode({"id": str(key), "scope": "node"})
+            asked = [(name, self._pool.submit(self._get_json, f"{url}api/job?{query}"))
+                     for name, url in self._other_consoles()]
+            for name, future in asked:   # all at once: one node that does not answer costs NODE_TIMEOUT
                 try:
-                    detail = self._get_json(f"{url}api/job?" + urllib.parse.urlencode(
-                        {"id": str(key), "scope": "node"}))
+                    detail = future.result()
                 except NotFound:
                     continue
                 except ConsoleError:
@@ -528,6 +530,8 @@ class ConsoleSource:
         if spec is None:
             return {"clustered": False, "nodes": [me], "moves": moves, "links": links}
         nodes: List[NodeInfo] = []
+        others = {node.name: self._pool.submit(self._get_json, self._url(node.host, node.metrics_port) + "status")
+                  for node in spec.nodes if not node.removed and node.name != self.node}
         for node in spec.nodes:
             if node.removed:
                 continue
@@ -538,7 +542,7 @@ class ConsoleSource:
                 continue
             info: NodeInfo = {"name": node.name, "host": node.host, "up": False, "console": url, "shards": []}
             try:
-                status = self._get_json(url + "status")
+                status = others[node.name].result()
             except ConsoleError:
                 status = None
             if isinstance(status, dict):
