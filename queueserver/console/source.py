@@ -230,7 +230,10 @@ class ConsoleSource:
                 self.sample()
             except Exception:   # a bug must not end the rates for good
                 log.exception("console: sampling the counters failed")
-            self._stop.wait(SAMPLE_SECONDS)
+            with self._lock:
+                started = bool(self._samples)
+            # until the first rates: every second (a console opened at start-up shows rates at once)
+            self._stop.wait(SAMPLE_SECONDS if started else 1.0)
 
     def sample(self) -> None:
         """Ask every shard's counters once and keep the rates since the last time."""

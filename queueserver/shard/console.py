@@ -48,6 +48,7 @@ from ..engine import job as J
 from ..engine.effects import Effects, Event
 from ..engine.job import Job
 from ..engine.status import NOT_FOUND, OK, SERVER_ERROR, Reply
+from .stats import ADDED, COMPLETED, FAILED, LEASED_NOW
 
 if TYPE_CHECKING:
     from .shard import Shard
@@ -108,8 +109,7 @@ class ShardConsole:
         else one chunked scan over the shard's jobs."""
         stats = self.shard.stats
         if stats.engine is self.shard.engine:
-            out = {name: row[5] for name, row in stats.rows.items() if row[5]}
-            return out
+            return {name: row[LEASED_NOW] for name, row in stats.rows.items() if row[LEASED_NOW]}
         counts: Dict[str, List[int]] = {}
         jobs = self.shard.engine.jobs
         ids = list(jobs)
@@ -140,7 +140,7 @@ class ShardConsole:
             row = browse.queue_depth(queue, leased.get(name, 0), requeued)
             counters = rows.get(name)
             row["added"], row["completed"], row["failed"] = (
-                (counters[0], counters[2], counters[3]) if counters is not None else (0, 0, 0))
+                (counters[ADDED], counters[COMPLETED], counters[FAILED]) if counters is not None else (0, 0, 0))
             row["protocols"] = list(uses.get(name, ()))
             out[name] = row
             if i % 1000 == 999:
@@ -151,8 +151,8 @@ class ShardConsole:
         stats = self.shard.stats
         totals = stats.totals()
         return {"shard": self.shard.index, "now": now_us(),
-                "rows": {name: [row[0], row[2], row[3]] for name, row in stats.rows.items()},
-                "totals": [totals[0], totals[2], totals[3]]}
+                "rows": {name: [row[ADDED], row[COMPLETED], row[FAILED]] for name, row in stats.rows.items()},
+                "totals": [totals[ADDED], totals[COMPLETED], totals[FAILED]]}
 
     def jobs(self, name: str, state: str, offset: int, limit: int) -> Answer:
         engine = self.shard.engine
