@@ -6,7 +6,7 @@ ARGS   ?=
 # apt-get needs root: sudo where we are not root and sudo exists.
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
-.PHONY: run test venv dev browser clean loadtest bench crash-test bench-spark bench-cluster docs
+.PHONY: run test venv dev browser clean loadtest bench crash-test bench-spark bench-cluster bench-replication docs
 .DEFAULT_GOAL := venv
 
 # Stamps in the venv. MADE is written last when the venv is made, so a
@@ -106,7 +106,7 @@ browser:
 
 test: dev browser
 	$(BIN)/mypy
-	@bash loadtests/install-peers.sh >/dev/null 2>&1 || echo "beanstalkd and redis-server could not be fetched: the peers' bench smoke test is skipped"
+	@bash loadtests/install-peers.sh >/dev/null 2>&1 || echo "beanstalkd, redis-server and etcd could not be fetched: the peers' bench smoke test is skipped and the etcd tests fail"
 	$(BIN)/python -c 'import queueserver as q; print("queueserver:", "compiled (mypyc)" if q.COMPILED else "plain Python: " + str(q.WHY_PURE))'
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=15 $(ARGS)
 	QS_PURE_PYTHON=1 QS_DIRECT_PATH=0 $(BIN)/python -m pytest -n $(TEST_WORKERS) $(SERVER_TESTS) $(ARGS)
@@ -135,6 +135,10 @@ bench-spark: dev
 # ARGS="--quick" for ~20 s); the figures also go to loadtests/results/cluster-<time>.json.
 bench-cluster: venv
 	$(BIN)/python loadtests/cluster_bench.py $(ARGS)
+
+# Durable cycles/s and p99 with and without a follower (replicas = 1), two nodes on loopback (about 1 min).
+bench-replication: venv
+	$(BIN)/python loadtests/replication_bench.py $(ARGS)
 
 # The reference in docs/ as a site in site/ (MkDocs, Material); --strict fails on a broken link or anchor.
 docs: dev
