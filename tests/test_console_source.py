@@ -294,13 +294,15 @@ def test_tokens_and_history_report(tmp_path, server):
 
 def test_a_job_is_found_on_another_node_of_a_cluster(tmp_path):
     """Two nodes: node a's console finds node b's jobs through b's console
-    (``/api/job?id=...&scope=node``), and its cluster page shows both nodes."""
+    (``/api/job?id=...&scope=node``), and its cluster page shows both nodes
+    and (replicas = 1) the follower of a's shard on b."""
     import re
     from pathlib import Path
 
     from cluster_nodes import Nodes
 
     with Nodes(Path(tmp_path), shards=(1, 1), protocols=["workq"]) as nodes:
+        nodes.file.write_text("replicas = 1\n" + nodes.file.read_text())   # each shard a follower on the other node
         nodes.start()
         # Where each node's console listens (the kernel picked the ports), as a
         # cluster file with metrics_port says it.
@@ -337,6 +339,11 @@ def test_a_job_is_found_on_another_node_of_a_cluster(tmp_path):
             assert all(n["up"] for n in view["nodes"]) and all(n["shards"] for n in view["nodes"])
             assert view["nodes"][0]["shards"][0]["slots"]   # a's slot ranges
             assert any(link["state"] == "up" for link in view["links"])
+
+            def follower_on_b():
+                copies = [s for s in src.cluster()["nodes"][1]["shards"] if s["role"] == "follower"]
+                return copies and copies[0]["up"] and copies[0]["lag"] is not None
+            wait_for(follower_on_b, what="a's shard's follower on b, in sync")
         finally:
             src.close()
 

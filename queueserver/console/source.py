@@ -23,7 +23,9 @@ which the app answers with ``job(ident, cluster_wide=False)`` as JSON (the
 :class:`~.errors.ConsoleError`'s status (404: not on that node). Each node
 is given :data:`NODE_TIMEOUT` seconds; one that does not answer makes a job
 not found elsewhere an :class:`~.errors.Unavailable`, not a NotFound.
-The cluster page asks the other nodes' ``GET /status`` the same way.
+The cluster page asks the other nodes' ``GET /status`` the same way; the
+followers of this node's shards (with replicas) are listed on the nodes
+they run on, role ``follower``, up while in sync, ``lag`` in events.
 
 Bounds: a page lists at most :data:`~.model.MAX_PER_PAGE` jobs (a larger
 ``per_page`` is cut to it) and starts before job
@@ -513,6 +515,7 @@ class ConsoleSource:
         shards: List[ShardView] = []
         moves: List[Dict[str, Any]] = []
         links: List[LinkView] = []
+        copies: List[Tuple[str, ShardView]] = []   # (the node it runs on, a follower of a shard here)
         for index, answer in sorted(answers.items()):
             if answer is None or "error" in answer:
                 shards.append({"shard": index, "name": f"{self.node}/{index}" if self.node else str(index),
@@ -525,6 +528,11 @@ class ConsoleSource:
             for move in (slots or {}).get("moving", []):
                 moves.append({"source": answer["name"], "target": names.get(move["target"], str(move["target"])),
                               "epoch": move["epoch"], "slots": _ranges(move["ranges"]), "jobs": move["jobs"]})
+            for follower in answer.get("followers", []):
+                copies.append((str(follower["node"]), {
+                    "shard": index, "name": f"{answer['name']} (copy)", "up": follower["state"] == "in-sync",
+                    "jobs": answer["jobs"], "queues": answer["queues"], "slots": shards[-1]["slots"],
+                    "role": "follower", "lag": int(follower["lag"])}))
             for ordinal, up in answer.get("links", []):
                 links.append({"source": answer["name"], "target": names.get(ordinal, str(ordinal)),
                               "state": "up" if up else "down"})
@@ -557,6 +565,10 @@ class ConsoleSource:
                                            "slots": f"{s['slots_owned']} slots" if "slots_owned" in s else "",
                                            "role": "primary", "lag": None})
             nodes.append(info)
+        # this node's shards' followers, on the nodes they run on (up: in sync; lag: events behind)
+        by_name = {node["name"]: node for node in nodes}
+        for where, copy in copies:
+            by_name.get(where, me)["shards"].append(copy)
         return {"clustered": True, "nodes": nodes, "moves": moves, "links": links}
 
     # ------------------------------------------------------------- actions

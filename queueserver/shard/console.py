@@ -27,7 +27,7 @@ The requests (msgpack arrays; every answer is a map, ``{"error": message,
     ["console", "delete", id, who]            {"ok", "message", "count", "queue"}
     ["console", "requeue", id, who]
     ["console", "purge", queue, who]
-    ["console", "shard"]                      jobs, queues, slots, moves, links
+    ["console", "shard"]                      jobs, queues, slots, moves, links, followers
 
 The three actions change state as client requests do, through the engine
 and the shard's log (a durable shard answers once the change is on disk),
@@ -235,6 +235,8 @@ class ShardConsole:
             answer["name"] = cluster.me.name
         if shard.peers is not None:
             answer["links"] = [[ordinal, bool(link.up)] for ordinal, link in sorted(shard.peers.links.items())]
+        replicator = getattr(shard.durability, "replicator", None)   # a cluster with replicas
+        answer["followers"] = replicator.status() if replicator is not None else []
         return answer
 
     # ------------------------------------------------------------- actions
