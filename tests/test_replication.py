@@ -120,3 +120,37 @@ def test_a_follower_restarted_takes_the_live_state_again(tmp_path: Path) -> None
         nodes.kill("a")
         nodes.kill("b")
         assert set(ids) | {later} <= jobs_in(tmp_path / "data-b" / "replicas" / "0", 0)
+
+
+def _file(tmp_path: Path, head: str, nodes: int = 3, removed: Set[str] = frozenset()) -> Path:
+    (tmp_path / "s").write_bytes(b"x" * 32)
+    (tmp_path / "s").chmod(0o600)
+    lines = [head, 'secret_file = "s"']
+    for i in range(nodes):
+        name = "abcde"[i]
+        lines += ["[[node]]", f'name = "{name}"', f'host = "127.0.0.{i + 1}"', "link_port = 7400",
+                  "shards = 2"] + (["removed = true"] if name in removed else [])
+    path = tmp_path / "cluster.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_followers_are_the_next_nodes_of_the_file(tmp_path: Path) -> None:
+    from queueserver.cluster.clusterfile import load_cluster
+    spec = load_cluster(str(_file(tmp_path, "replicas = 1")))
+    assert [spec.followers_of(o) for o in range(6)] == [["b"], ["b"], ["c"], ["c"], ["a"], ["a"]]
+    spec = load_cluster(str(_file(tmp_path, "replicas = 2")))
+    assert spec.followers_of(0) == ["b", "c"] and spec.followers_of(5) == ["a", "b"]
+    spec = load_cluster(str(_file(tmp_path, "replicas = 1", nodes=4, removed={"b"})))
+    assert spec.followers_of(0) == ["c"] and spec.followers_of(7) == ["a"]
+    assert load_cluster(str(_file(tmp_path, ""))).replicas == 0
+
+
+def test_replicas_must_fit_the_nodes(tmp_path: Path) -> None:
+    import pytest
+    from queueserver.cluster.clusterfile import ClusterError, load_cluster
+    for head, message in [("replicas = 3", "replicas must be 0, 1 or 2"),
+                          ("replicas = true", "replicas must be 0, 1 or 2"),
+                          ("replicas = 2", "needs at least 3 nodes")]:
+        with pytest.raises(ClusterError, match=message):
+            load_cluster(str(_file(tmp_path, head, nodes=2)))
