@@ -13,8 +13,11 @@ look at.
 from __future__ import annotations
 
 import json
+import math
 import re
 import socket
+import threading
+import time
 import urllib.request
 import uuid
 from typing import Any, Dict, Iterator, List
@@ -72,6 +75,28 @@ class Console:
         return ids
 
 
+def traffic(proc: ServerProcess, stop: threading.Event) -> None:
+    """A busy queue for the charts: jobs added at a rate that rises and falls,
+    most leased and completed, one in eight failed, a few left leased."""
+    with Client(proc.host, proc.port("workq")) as client:
+        tick = 0
+        while not stop.wait(0.1):
+            tick += 1
+            pipe = client.pipeline()
+            for _ in range(2 + int(3 * (1 + math.sin(tick / 15)))):
+                pipe.add(str(uuid.uuid4()), "webhooks", b'{"event": "order.paid"}', 60_000, 3_600_000)
+            pipe.execute()
+            for i in range(2 + tick % 3):
+                try:
+                    job = client.lease("webhooks", wait_timeout=10)
+                except Exception:
+                    break
+                if (tick + i) % 8 == 0:
+                    client.fail(job.id, b"HTTP 502 from the receiver")
+                elif (tick + i) % 13 != 0:   # some stay leased
+                    client.complete(job.id, b"HTTP 200")
+
+
 @pytest.fixture(scope="module")
 def console(tmp_path_factory) -> Iterator[Console]:
     home = tmp_path_factory.mktemp("console")
@@ -86,9 +111,16 @@ def console(tmp_path_factory) -> Iterator[Console]:
         c.add_workq("thumbnails", 4)
         c.add_workq("bulk", 130)
         c.reports = c.add_takeanumber("reports", 3)
-        wait_for(lambda: {"emails", "thumbnails", "bulk", "reports"}
+        stop = threading.Event()
+        busy = threading.Thread(target=traffic, args=(proc, stop), daemon=True)
+        busy.start()
+        wait_for(lambda: {"emails", "thumbnails", "bulk", "reports", "webhooks"}
                  <= {r["name"] for r in c.api("/api/queues")["queues"]}, 20, "the queues on /api/queues")
-        yield c
+        try:
+            yield c
+        finally:
+            stop.set()
+            busy.join(10)
 
 
 def rendered_count(page, queue: str, column: int) -> str:   # type: ignore[no-untyped-def]
@@ -105,7 +137,6 @@ def test_overview_lists_every_queue_with_its_counts(console, page):
         assert rendered_count(page, queue, READY) == str(ready)
     assert "takeanumber" in page.locator('tr[data-queue="reports"]').inner_text()
     assert "workq" in page.locator('tr[data-queue="emails"]').inner_text()
-    screenshot(page, "console-overview")
 
 
 def test_overview_refreshes_itself_and_sorts(console, page):
@@ -149,8 +180,7 @@ def test_queue_page_lists_its_jobs_with_a_chart(console, page):
     ids = [t.strip() for t in page.locator("table tbody td.id").all_inner_texts()]
     assert set(console.emails) <= set(ids)
     assert page.locator("#chart").count() == 1
-    page.wait_for_selector("#chart svg", timeout=20_000)   # after two samples of the rates
-    screenshot(page, "console-queue")
+    screenshot(page, "console-queue-emails")
     page.goto(console.url("/queues/emails?state=leased"))
     assert "No jobs leased" in page.inner_text("main")
     screenshot(page, "console-queue-empty")
@@ -206,7 +236,7 @@ def test_delete_with_the_token_and_the_count_falls(console, page):
     id = console.emails.pop()
     page.goto(console.url(f"/jobs/{id}"))
     page.fill("form[action$='/delete'] input[name=token]", TOKEN)
-    page.click("form[action$='/delete'] button")
+    page.click("button:has-text('Delete job')")
     page.wait_for_url(re.compile(r"/queues/emails\?notice=deleted"))
     assert f"Deleted job {id}" in page.inner_text(".flash")
     assert page.locator("a.tile", has_text="Ready").locator(".v").inner_text() == str(before - 1)
@@ -223,14 +253,14 @@ def test_actions_are_refused_without_the_token(console, page):
     page.goto(console.url(f"/jobs/{id}"))
     page.fill("form[action$='/delete'] input[name=token]", "not-the-token")
     with page.expect_navigation():
-        page.click("form[action$='/delete'] button")
+        page.click("button:has-text('Delete job')")
     assert "403" in page.inner_text(".code")
     assert "not valid" in page.inner_text("main")
     screenshot(page, "console-forbidden")
     page.goto(console.url(f"/jobs/{id}"))
     page.evaluate("document.querySelectorAll('input[name=token]').forEach(i => i.required = false)")
     with page.expect_navigation():
-        page.click("form[action$='/delete'] button")
+        page.click("button:has-text('Delete job')")
     assert "403" in page.inner_text(".code") and "needs a token" in page.inner_text("main")
     assert console.api(f"/api/job?id={id}")["job"]["id"] == id   # still there
     response = page.goto(console.url(f"/jobs/{id}/delete"))     # an action by a link: never
@@ -294,3 +324,18 @@ def test_error_pages(console, page):
     assert response.status == 400
     response = page.goto(console.url("/no/such/page"))
     assert response.status == 404
+
+
+# ------------------------------------------------------------- last: rates
+def test_a_busy_queue_charts_its_rates(console, page):
+    """Last in the module, so the node has sampled the busy queue's rates a few times."""
+    wait_for(lambda: len(console.api("/api/queues/webhooks/rates")["rates"]) >= 4, 30, "four rate samples")
+    page.goto(console.url("/queues/webhooks"))
+    assert page.locator("#chart svg path").count() >= 3   # added, completed, failed
+    screenshot(page, "console-queue")
+    page.goto(console.url("/queues/webhooks?state=leased"))
+    screenshot(page, "console-queue-leased")
+    page.goto(console.url("/"))
+    page.wait_for_timeout(2500)   # one live refresh
+    assert float(page.locator('tr[data-queue="webhooks"] td').nth(6).get_attribute("data-v")) > 0   # added/s
+    screenshot(page, "console-overview")

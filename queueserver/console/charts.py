@@ -16,12 +16,12 @@ SERIES: Tuple[Tuple[str, str, str], ...] = (("added", "Added", "#4f46e5"),
                                             ("failed", "Failed", "#ef4444"))
 
 
-def _steps(points: Sequence[Tuple[float, float]]) -> List[Tuple[float, float]]:
-    """A step path through ``points`` (x, y): level from each sample to the next."""
+def _steps(starts: Sequence[float], points: Sequence[Tuple[float, float]]) -> List[Tuple[float, float]]:
+    """A step path: each sample (x at its interval's end, y) level over its
+    interval, from ``starts[i]`` (the x its interval begins at) to its x."""
     out: List[Tuple[float, float]] = []
-    for i, (x, y) in enumerate(points):
-        if i:
-            out.append((x, out[-1][1]))
+    for start, (x, y) in zip(starts, points):
+        out.append((start, y))
         out.append((x, y))
     return out
 
@@ -55,7 +55,10 @@ def rate_chart(points: Sequence[RatePoint]) -> str:
     tallest = max(max(p["added"], p["completed"], p["failed"]) for p in points)
     step = nice_ceiling(max(tallest * 1.15, 1.0) / 4)   # four gridlines, the top one at least 15 % above
     top = step * 4
-    t0, t1 = points[0]["t"], points[-1]["t"]
+    # Each sample is the rate over the interval that ends at its time: the
+    # first one's interval is taken to be as long as the second's.
+    t0 = points[0]["t"] - (points[1]["t"] - points[0]["t"])
+    t1 = points[-1]["t"]
     span = max(t1 - t0, 1e-9)
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
@@ -82,12 +85,18 @@ def rate_chart(points: Sequence[RatePoint]) -> str:
         parts.append(f'<text x="{x(t):.1f}" y="{HEIGHT - 6}" text-anchor="{anchor}" fill="#98a2b3">'
                      f'{label}</text>')
     base = y(0)
-    for key, label, colour in SERIES:
-        line = _steps([(x(p["t"]), y(_value(p, key))) for p in points])
-        if key == "added":
-            area = [(line[0][0], base), *line, (line[-1][0], base)]
-            parts.append(f'<path d="{_path(area)} Z" fill="{colour}" fill-opacity="0.12" stroke="none"/>')
-        parts.append(f'<path d="{_path(line)}" fill="none" stroke="{colour}" stroke-width="2" '
+    lines = {}
+    for key, _, _ in SERIES:
+        starts = [x(t0)] + [x(p["t"]) for p in points[:-1]]
+        lines[key] = _steps(starts, [(x(p["t"]), y(_value(p, key))) for p in points])
+    added = lines["added"]
+    area = [(added[0][0], base), *added, (added[-1][0], base)]
+    parts.append(f'<path d="{_path(area)} Z" fill="{SERIES[0][2]}" fill-opacity="0.12" stroke="none"/>')
+    for key, label, colour in reversed(SERIES):   # added on top
+        parts.append(f'<path d="{_path(lines[key])}" fill="none" stroke="{colour}" stroke-width="2" '
                      f'stroke-linejoin="round"><title>{label} per second</title></path>')
+    if tallest == 0:
+        parts.append(f'<text x="{LEFT + plot_w / 2:.0f}" y="{TOP + plot_h / 2:.0f}" text-anchor="middle" '
+                     'fill="#98a2b3" font-size="13">No jobs added, completed or failed in this time</text>')
     parts.append("</svg>")
     return "".join(parts)

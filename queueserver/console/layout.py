@@ -55,7 +55,7 @@ h2{font-size:15px;margin:0 0 14px;font-weight:650}
 box-shadow:0 1px 2px rgba(16,24,40,.04)}
 .card.flush{padding:0;overflow:auto}
 .card.flush h2{padding:16px 20px 0}
-.grid{display:grid;gap:18px}
+.grid{display:grid;gap:18px;align-items:start}
 .g2{grid-template-columns:minmax(0,1.35fr) minmax(0,1fr)}
 .g3{grid-template-columns:repeat(3,minmax(0,1fr))}
 .tiles{display:grid;grid-template-columns:repeat(auto-fit,minmax(140px,1fr));gap:14px;margin-bottom:18px}

@@ -8,6 +8,8 @@ decides who may act (that is :mod:`.auth`).
 from __future__ import annotations
 
 import json
+import time
+from datetime import datetime, timezone
 from typing import Dict, List, Optional, Sequence
 
 from .auth import CSRF_FIELD, TOKEN_FIELD
@@ -264,16 +266,20 @@ def job_page(detail: JobDetail, node: str, csrf: str, notice: str = "") -> str:
                            else unknown),
                           ("Protocol", f'<span class=chip>{esc(lease["protocol"])}</span>' if lease["protocol"]
                            else unknown),
-                          ("TTR left", fmt_age(lease["ttr_left_s"]))])
+                          ("TTR left", fmt_age(lease["ttr_left_s"]) if j["ttr_left_s"] is not None
+                           else "no time limit")])
     else:
         lease_html = '<p class=muted>Not leased: no client holds this job.</p>'
     ident = j["id"]
-    actions = action_form(url("jobs", ident, "delete"), "Delete job", csrf, danger=True,
-                          hidden={"queue": j["queue"]})
+    requeue = ""
     if j["state"] in ("leased", "finished"):
-        actions += action_form(url("jobs", ident, "requeue"), "Requeue", csrf,
-                               note="back to ready, as a new attempt")
-    actions += '<p class=note>Actions need a token from this node\'s token file.</p>'
+        requeue = (f'<button class=btn type=submit formaction="{esc(url("jobs", ident, "requeue"))}" '
+                   'title="back to ready, as a new attempt">Requeue</button>')
+    actions = (f'<form class=act method=post action="{esc(url("jobs", ident, "delete"))}">{_csrf_field(csrf)}'
+               f'<input type=hidden name=queue value="{esc(j["queue"])}">{_token_field()}'
+               f'<button class="btn danger" type=submit>Delete job</button>{requeue}</form>')
+    actions += ('<p class=note>Actions need a token from this node\'s token file'
+                + ("; requeue puts the job back to ready as a new attempt." if requeue else ".") + "</p>")
 
     size = detail["payload_size"]
     shown_note = (f'<p class=note>The first 4 KiB of {fmt_int(size)} bytes.</p>' if size > 4096 else "")
@@ -291,8 +297,8 @@ def job_page(detail: JobDetail, node: str, csrf: str, notice: str = "") -> str:
     result = detail["result"]
     result_html = f"<pre>{esc(result)}</pre>" if result is not None else '<p class=muted>No result.</p>'
     extra = detail["extra"]
-    extra_html = _kv([(k, f'<span class=mono>{esc(v if isinstance(v, str) else json.dumps(v, default=str))}</span>')
-                      for k, v in sorted(extra.items())]) if extra else '<p class=muted>Nothing more.</p>'
+    extra_html = _kv([(k, _extra_value(k, v)) for k, v in sorted(extra.items())]) if extra \
+        else '<p class=muted>Nothing more.</p>'
     history = ("<pre>" + esc("\n".join(detail["history"])) + "</pre>" if detail["history"]
                else '<p class=muted>No history lines: history is off on this node, or this job has none yet.</p>')
     body = (
@@ -306,6 +312,20 @@ def job_page(detail: JobDetail, node: str, csrf: str, notice: str = "") -> str:
         + '<div class=card><h2>More</h2>' + extra_html + "</div></div>"
         + '<div class=card id=history><h2>History</h2>' + history + "</div>")
     return page(f"Job {ident}", body, node)
+
+
+def _extra_value(key: str, value: object) -> str:
+    """One of the engine's other fields: times as dates, milliseconds as durations too."""
+    shown = f'<span class=mono>{esc(value if isinstance(value, str) else json.dumps(value, default=str))}</span>'
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if 1e9 < value < 1e11 and not key.endswith(("_ms", "_s", "_us")):   # a unix time
+            when = datetime.fromtimestamp(value, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+            return f'{esc(when)} <span class=muted>({esc(fmt_age(time.time() - value))} ago)</span>'
+        if key.endswith("_ms") and value > 0:
+            return f'{shown} <span class=muted>({esc(fmt_age(value / 1000))})</span>'
+    if value is None:
+        return '<span class=zero>—</span>'
+    return shown
 
 
 def _hexdump(hexed: str) -> str:
