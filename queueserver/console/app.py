@@ -208,10 +208,10 @@ class ConsoleApp:
                client: str = "") -> Response:
         """The response to one request; never raises."""
         lower = {k.lower(): v for k, v in headers.items()}
-        api = target.startswith("/api/")
+        # JSON errors for the API and for scripts (a token in the header); pages for browsers.
+        api = target.startswith("/api/") or TOKEN_HEADER.lower() in lower
         try:
             request = self._parse(method, target, lower, body, client)
-            api = request.api
             return self._route(request)
         except ConsoleError as e:
             return self.error(e.status, e.message, api,

@@ -425,7 +425,7 @@ def cluster_page(view: ClusterView, node: str) -> str:
 
 
 # --------------------------------------------------------------- errors
-TITLES = {400: "Bad request", 403: "Forbidden", 404: "Not found", 405: "Method not allowed",
+TITLES = {400: "Bad request", 403: "Forbidden", 404: "Not found", 405: "Method not allowed", 411: "Length required",
           413: "Request too large", 500: "Internal error", 503: "Unavailable"}
 
 

@@ -111,12 +111,13 @@ class _Handler(BaseHTTPRequestHandler):
                 length = -1
             if length < 0 or length > MAX_BODY:
                 self.close_connection = True   # this connection is done after the answer
-                if 0 < length <= DRAIN_BODY:   # read and dropped, so the client sees the answer
-                    while length > 0:
-                        length -= len(self.rfile.read(min(length, 65536)) or b"x" * length)
-                self._answer(console.error(413 if length > 0 else 400,
-                                           f"A request body is at most {MAX_BODY // 1024} KiB."
-                                           if length > 0 else "Bad Content-Length."))
+                answer = (console.error(413, f"A request body is at most {MAX_BODY // 1024} KiB.")
+                          if length > 0 else console.error(400, "Bad Content-Length."))
+                left = length if length <= DRAIN_BODY else 0
+                while left > 0:   # read and dropped, so that the client still sending it reads the answer
+                    chunk = self.rfile.read(min(left, 65536))
+                    left = left - len(chunk) if chunk else 0
+                self._answer(answer)
                 return
             body = self.rfile.read(length)
         headers = {k: v for k, v in self.headers.items()}
