@@ -22,7 +22,8 @@ so a queue name may hold a ``/``):
 =========================================  ==========================================
 
 An action needs a token (:mod:`.auth`); a form post also its CSRF field and
-a same-origin ``Origin``/``Referer``. An action on GET is 405. A form post
+a same-origin ``Origin``/``Referer``. The shard logs each action (who, what)
+at INFO; a refused one is logged here, as a warning with the client's address. An action on GET is 405. A form post
 is answered with a redirect to the page it changed (a flash line says what
 was done); a post with the token in the ``X-Queueserver-Token`` header with
 the :class:`~.model.ActionResult` as JSON. A :class:`~.errors.ConsoleError`
@@ -43,7 +44,7 @@ from . import pages
 from .assets import CONSOLE_JS
 from .auth import TOKEN_HEADER, Auth
 from .charts import rate_chart
-from .errors import BadRequest, ConsoleError, NotFound
+from .errors import BadRequest, ConsoleError, Forbidden, NotFound
 from .layout import url
 from .model import (MAX_PER_PAGE, STATES, ActionResult, ClusterView, JobDetail, JobPage, QueueRow, RatePoint,
                     SearchResult)
@@ -346,9 +347,14 @@ class ConsoleApp:
     # ----------------------------------------------------------- actions
     def _act(self, request: Request, what: str, do: Callable[[str], ActionResult],
              then: Callable[[ActionResult], str]) -> Response:
-        who = self.auth.authorize(request.headers, request.form)
+        try:
+            who = self.auth.authorize(request.headers, request.form)
+        except Forbidden as refused:
+            log.warning("console: refused to %s (from %s): %s", what, request.client or "?", refused.message)
+            raise
         result = do(who)
-        log.info("console: %s by %s (from %s): %s", what, who, request.client or "?", result["message"])
+        # The shard logs the action itself at INFO (who, what, how many): here only where it came from.
+        log.debug("console: %s by %s (from %s): %s", what, who, request.client or "?", result["message"])
         if TOKEN_HEADER.lower() in request.headers:
             return self.json(result, 200 if result["ok"] else 409)
         if not result["ok"]:

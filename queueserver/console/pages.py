@@ -131,6 +131,8 @@ def overview(rows: Sequence[QueueRow], node: str) -> str:
 # ------------------------------------------------------------ a queue
 def _pager(queue: str, jobs: JobPage) -> str:
     cur, pages = jobs["page"], jobs["pages"]
+    if jobs["total"] == 0:
+        return ""
     if pages <= 1:
         return (f'<div class=pager>{fmt_int(jobs["total"])} {"job" if jobs["total"] == 1 else "jobs"}'
                 '<span class=sp></span></div>')
