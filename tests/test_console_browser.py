@@ -1,12 +1,14 @@
 """The web console in a real browser (Debian's Chromium driven by Playwright).
 
 One real server (2 shards, workq and takeanumber, durable with its job
-history, a token file and a history report named by its config) for the module; jobs are added over
-workq and takeanumber, and each test drives the pages a user would: the
+history, a token file and a history report named by its config) for the
+module; jobs are added over workq and takeanumber, and each test drives the
+pages a user would: the
 overview (live, sortable), the search box with a job id and a number, a
 queue's page, a job's page, deleting with the token through the form and
 being refused without it or with a wrong one, a purge through its
-confirmation step, the cluster page, and the error pages. Every page is
+confirmation step, the cluster page, the error pages, and a cluster of two
+nodes (a job found through the other node's console). Every page is
 saved under ``test-artifacts/screenshots/console-*.png`` for a person to
 look at.
 """
@@ -339,3 +341,52 @@ def test_a_busy_queue_charts_its_rates(console, page):
     page.wait_for_timeout(2500)   # one live refresh
     assert float(page.locator('tr[data-queue="webhooks"] td').nth(6).get_attribute("data-v")) > 0   # added/s
     screenshot(page, "console-overview")
+
+
+# ------------------------------------------------------------- a cluster
+def test_a_cluster_of_two_nodes(tmp_path, page):
+    """Node a's console shows both nodes (and a's shard's follower on b) and
+    finds a job that lives on node b, whose page sends its actions to b."""
+    from cluster_nodes import Nodes, free_ports
+
+    with Nodes(tmp_path, shards=(1, 1), protocols=["workq"]) as nodes:
+        # Each node's console on a port the cluster file names, so that the
+        # nodes find each other's consoles.
+        text = "replicas = 1\n" + nodes.file.read_text()
+        metrics = {name: free_ports(nodes.host[name], 1) for name in nodes.names}
+        for name, port in metrics.items():
+            text = text.replace(f'name = "{name}"\n', f'name = "{name}"\nmetrics_port = {port}\n')
+        nodes.file.write_text(text)
+        for name in nodes.names:
+            nodes.procs[name] = ServerProcess(
+                shards=1, protocols=["workq"], host=nodes.host[name],
+                extra=["--cluster", str(nodes.file), "--node", name, "--data-dir", str(tmp_path / f"data-{name}"),
+                       "--metrics-port", str(metrics[name])])
+        nodes.start()
+        placed: Dict[str, str] = {}
+        with Client(*nodes.address("b")) as client:
+            for i in range(16):
+                id, queue = str(uuid.uuid4()), f"tenant-{i}"
+                client.add(id, queue, b'{"tenant": %d}' % i, 60_000, 3_600_000)
+                placed[id] = queue
+        a = f"http://{nodes.host['a']}:{metrics['a']}"
+        on_b = [r["name"] for r in json.loads(urllib.request.urlopen(
+            f"http://{nodes.host['b']}:{metrics['b']}/api/queues", timeout=10).read())["queues"]]
+        assert on_b, "no queue on node b"
+        id = next(id for id, queue in placed.items() if queue in on_b)
+
+        def followers_in_sync() -> bool:
+            page.goto(a + "/cluster")
+            return page.locator("td", has_text="follower").count() >= 1
+        wait_for(followers_in_sync, 30, "a follower on the cluster page")
+        text = page.inner_text("main")
+        assert "A cluster of 2 nodes" in text and "follower" in text
+        screenshot(page, "console-cluster-nodes")
+
+        page.fill("form.search input[name=q]", id)
+        page.press("form.search input[name=q]", "Enter")
+        page.wait_for_url(re.compile(r"/jobs/"))
+        assert "This job is on node b" in page.inner_text("#actions")
+        queue_link = page.locator("#details a").first.get_attribute("href")
+        assert queue_link.startswith(f"http://{nodes.host['b']}:{metrics['b']}/queues/")
+        screenshot(page, "console-job-on-another-node")

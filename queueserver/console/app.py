@@ -295,7 +295,16 @@ class ConsoleApp:
 
     def job(self, request: Request, ident: str) -> Response:
         detail = self.source.job(check_ident(ident))
-        return self.html(pages.job_page(detail, self.node, self.auth.csrf_token(), self._notice(request)))
+        elsewhere: Optional[str] = None
+        if detail["node"] and detail["node"] != self.node:   # found through another node's console
+            elsewhere = ""
+            try:
+                elsewhere = next((n["console"] for n in self.source.cluster()["nodes"]
+                                  if n["name"] == detail["node"]), "")
+            except ConsoleError:
+                pass
+        return self.html(pages.job_page(detail, self.node, self.auth.csrf_token(), self._notice(request),
+                                        elsewhere))
 
     def search(self, request: Request) -> Response:
         text = request.param("q").strip()

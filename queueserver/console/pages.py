@@ -246,13 +246,20 @@ def _kv(items: Sequence[tuple]) -> str:   # type: ignore[type-arg]
     return "<dl class=kv>" + "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in items) + "</dl>"
 
 
-def job_page(detail: JobDetail, node: str, csrf: str, notice: str = "") -> str:
+def job_page(detail: JobDetail, node: str, csrf: str, notice: str = "", elsewhere: Optional[str] = None) -> str:
+    """``elsewhere``: the console URL of the node that holds the job when it
+    is another node ("" if unknown): its queue is linked there, and the
+    actions are that console's."""
     j = detail["job"]
+    remote = elsewhere is not None
+    base = (elsewhere or "").rstrip("/") if (elsewhere or "").startswith(("http://", "https://")) else ""
+    queue_link = (base + url("queues", j["queue"])) if remote and base else (None if remote
+                                                                              else url("queues", j["queue"]))
     max_attempts = detail["max_attempts"]
     attempts = fmt_int(j["attempts"]) + (f" of {fmt_int(max_attempts)}" if max_attempts else "")
     facts = [("Id", f'<span class=mono>{esc(j["id"])}</span>'),
              ("Number", fmt_int(j["number"])),
-             ("Queue", f'<a href="{esc(url("queues", j["queue"]))}">{esc(j["queue"])}</a>'),
+             ("Queue", f'<a href="{esc(queue_link)}">{esc(j["queue"])}</a>' if queue_link else esc(j["queue"])),
              ("State", state_badge(j["state"])),
              ("Priority", fmt_int(j["priority"])),
              ("Attempts", attempts),
@@ -282,6 +289,10 @@ def job_page(detail: JobDetail, node: str, csrf: str, notice: str = "") -> str:
                f'<button class="btn danger" type=submit>Delete job</button>{requeue}</form>')
     actions += ('<p class=note>Actions need a token from this node\'s token file'
                 + ("; requeue puts the job back to ready as a new attempt." if requeue else ".") + "</p>")
+    if remote:
+        there = (f'<a href="{esc(base + url("jobs", ident))}">its console</a>' if base else "its console")
+        actions = (f'<p>This job is on node <b>{esc(detail["node"])}</b>: delete or requeue it from '
+                   f'{there}.</p>')
 
     size = detail["payload_size"]
     shown_note = (f'<p class=note>The first 4 KiB of {fmt_int(size)} bytes.</p>' if size > 4096 else "")
@@ -304,7 +315,7 @@ def job_page(detail: JobDetail, node: str, csrf: str, notice: str = "") -> str:
     history = ("<pre>" + esc("\n".join(detail["history"])) + "</pre>" if detail["history"]
                else '<p class=muted>No history lines: history is off on this node, or this job has none yet.</p>')
     body = (
-        crumbs(("Overview", "/"), (j["queue"], url("queues", j["queue"])), (ident, None))
+        crumbs(("Overview", "/"), (j["queue"], queue_link), (ident, None))
         + f'<div class=head><h1 class=mono>Job {esc(ident)}</h1>{state_badge(j["state"])}</div>' + notice
         + '<div class="grid g2"><div class=card id=details><h2>Details</h2>' + _kv(facts) + "</div>"
         + '<div><div class=card id=lease><h2>Lease</h2>' + lease_html + "</div>"
@@ -384,7 +395,7 @@ def cluster_page(view: ClusterView, node: str) -> str:
              f'<div class=tile style="--c:#3b82f6"><div class=k>Shards up</div>'
              f'<div class=v>{sum(s["up"] for s in shards)}<small> / {len(shards)}</small></div></div>'
              f'<div class=tile style="--c:#8b5cf6"><div class=k>Jobs</div>'
-             f'<div class=v>{fmt_int(sum(s["jobs"] for s in shards))}</div></div>'
+             f'<div class=v>{fmt_int(sum(s["jobs"] for s in shards if s["role"] != "follower"))}</div></div>'
              f'<div class=tile style="--c:#f59e0b"><div class=k>Moves</div><div class=v>{len(view["moves"])}</div></div>'
              f'<div class=tile style="--c:{"#12b76a" if links_up == len(view["links"]) else "#ef4444"}">'
              f'<div class=k>Links up</div><div class=v>{links_up}<small> / {len(view["links"])}</small></div></div>')
