@@ -264,3 +264,29 @@ def test_same_origin_by_referer_when_there_is_no_origin():
     assert not same_origin({"host": "h:1", "referer": "http://h:2/jobs/x"})
     assert not same_origin({"host": "h:1", "origin": "null"})
     assert not same_origin({"host": "h:1", "origin": "javascript://h:1"})
+
+
+# ------------------------------------------------------------ the app
+class Broken:
+    """A source whose every read fails as a bug would (for the app's last line of defence)."""
+
+    def token_names(self) -> Dict[str, str]:
+        return {}
+
+    def __getattr__(self, name: str) -> Any:
+        def fail(*args: Any, **kwargs: Any) -> Any:
+            raise KeyError("internal detail")
+        return fail
+
+
+def test_a_bug_is_a_500_page_without_a_traceback(caplog):
+    from queueserver.console.app import ConsoleApp
+    app = ConsoleApp(Broken(), "n")   # type: ignore[arg-type]
+    answer = app.handle("GET", "/", {})
+    assert answer.status == 500 and b"Traceback" not in answer.body and b"internal detail" not in answer.body
+    assert "Traceback" in caplog.text   # the log has it
+    answer = app.handle("GET", "/api/queues", {})
+    assert answer.status == 500 and answer.content_type == "application/json"
+    assert app.handle("GET", "/jobs/x/delete", {}).status == 405
+    assert app.handle("POST", "/cluster", {}).status == 405
+    assert app.handle("GET", "/static/console.js", {}).status == 200

@@ -5,29 +5,28 @@ hands over every request that is not ``/metrics`` or ``/status``.
 Routes (``<name>`` and ``<ident>`` are one percent-encoded path segment,
 so a queue name may hold a ``/``):
 
-=========================================  ==========================================
-``GET /``                                  overview of every queue (live)
-``GET /queues/<name>?state=&page=&per_page=``  a queue's jobs by state, its rate chart
-``GET /jobs/<ident>``                      a job (UUID or number), cluster-wide
-``GET /search?q=``                         queue names and a job id or number
-``GET /cluster``                           nodes, shards, moves, links
-``GET /history/report``                    the last ``queueserver history`` report
-``GET /static/console.js``                 the pages' script
-``GET /api/queues[?format=html]``          the overview's rows as JSON (or its live HTML)
-``GET /api/queues/<name>/rates[?format=svg]``  a queue's rate samples (or its chart)
-``GET /api/job?id=<ident>[&scope=node]``  a job as JSON (other nodes ask with scope=node)
-``POST /jobs/<ident>/delete``              delete a job
-``POST /jobs/<ident>/requeue``             requeue a leased or finished job
-``POST /queues/<name>/purge``              purge: without ``confirm``, the confirmation page
-=========================================  ==========================================
+* ``GET /``: the overview of every queue (live)
+* ``GET /queues/<name>?state=&page=&per_page=``: a queue's jobs by state, its rate chart
+* ``GET /jobs/<ident>``: a job (UUID or number), found anywhere in the cluster
+* ``GET /search?q=``: queue names and a job id or number
+* ``GET /cluster``: nodes, shards, moves, links
+* ``GET /history/report``: the last ``queueserver history`` report (sandboxed)
+* ``GET /static/console.js``: the pages' script
+* ``GET /api/queues[?format=html]``: the overview's rows as JSON (or its live HTML)
+* ``GET /api/queues/<name>/rates[?format=svg]``: a queue's rate samples (or its chart)
+* ``GET /api/job?id=<ident>[&scope=node]``: a job as JSON (other nodes ask with ``scope=node``)
+* ``POST /jobs/<ident>/delete``: delete a job
+* ``POST /jobs/<ident>/requeue``: requeue a leased or finished job
+* ``POST /queues/<name>/purge``: purge a queue; without ``confirm=<name>``, the confirmation page
 
 An action needs a token (:mod:`.auth`); a form post also its CSRF field and
-a same-origin ``Origin``/``Referer``. The shard logs each action (who, what)
-at INFO; a refused one is logged here, as a warning with the client's address. An action on GET is 405. A form post
+a same-origin ``Origin``/``Referer``. An action on GET is 405. A form post
 is answered with a redirect to the page it changed (a flash line says what
 was done); a post with the token in the ``X-Queueserver-Token`` header with
-the :class:`~.model.ActionResult` as JSON. A :class:`~.errors.ConsoleError`
-is a page (or, under ``/api/``, JSON ``{"error": ...}``) with its status;
+the :class:`~.model.ActionResult` as JSON. The shard logs each action (who,
+what) at INFO; a refused one is logged here, as a warning with the client's
+address. A :class:`~.errors.ConsoleError` is a page (or, under ``/api/`` and
+for requests with the token header, JSON ``{"error": ...}``) with its status;
 anything else a 500 page with no traceback (the traceback goes to the log).
 """
 from __future__ import annotations

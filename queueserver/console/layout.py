@@ -125,7 +125,7 @@ font-weight:600;cursor:pointer;display:inline-block}
 .flash{border-radius:10px;padding:12px 16px;margin-bottom:18px;font-weight:500;border:1px solid}
 .flash.ok{background:#ecfdf3;border-color:#abefc6;color:#067647}
 .flash.warn{background:#fffaeb;border-color:#fedf89;color:#93370d}
-.err{max-width:640px;margin:50px auto;text-align:center}
+.err{max-width:640px;margin:50px auto;text-align:center;padding:34px 28px 26px}
 .err .code{font-size:64px;font-weight:800;color:var(--c);letter-spacing:-2px;line-height:1}
 .err h1{margin:10px 0 8px}.err p{color:#475467;font-size:15px}
 .live{display:inline-flex;align-items:center;gap:6px;font-size:12px;color:var(--muted);font-weight:500}
