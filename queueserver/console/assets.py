@@ -41,6 +41,8 @@ CONSOLE_JS = r"""
       c.classList.remove("sorted-asc", "sorted-desc");
     });
     th.classList.add(dir > 0 ? "sorted-asc" : "sorted-desc");
+    Array.prototype.forEach.call(table.tHead.rows[0].cells, function (c) { c.removeAttribute("aria-sort"); });
+    th.setAttribute("aria-sort", dir > 0 ? "ascending" : "descending");
   }
 
   function wireTables(root) {
@@ -48,6 +50,11 @@ CONSOLE_JS = r"""
       var k = key(table);
       Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th, index) {
         if (!th.hasAttribute("data-sort")) return;
+        th.tabIndex = 0;
+        th.setAttribute("role", "button");
+        th.addEventListener("keydown", function (e) {
+          if (e.key === "Enter" || e.key === " ") { e.preventDefault(); th.click(); }
+        });
         th.addEventListener("click", function () {
           var cur = sortState[k];
           var dir = cur && cur[0] === index ? -cur[1]

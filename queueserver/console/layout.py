@@ -71,7 +71,7 @@ table{width:100%;border-collapse:collapse;font-variant-numeric:tabular-nums}
 th,td{padding:9px 12px;text-align:left;border-bottom:1px solid #eef0f4;white-space:nowrap}
 th{font-size:12px;text-transform:uppercase;letter-spacing:.5px;color:var(--muted);font-weight:600;background:#fafbfc;
 user-select:none}
-th.sortable{cursor:pointer}th.sortable:hover{color:var(--text)}
+th.sortable{cursor:pointer}th.sortable:hover{color:var(--text)}th.sortable:focus-visible{outline:2px solid var(--accent);outline-offset:-2px}
 th.sorted-asc::after{content:" \\25B2";font-size:9px}th.sorted-desc::after{content:" \\25BC";font-size:9px}
 tr:last-child td{border-bottom:0}
 tbody tr:hover td{background:#f9fafc}
