@@ -221,6 +221,23 @@ def test_requeue_a_leased_job(node):
     assert json.loads(node.get(f"/api/job?id={id}")[2])["job"]["state"] == "ready"
 
 
+def test_requeue_a_failed_job_and_not_a_ready_one(node):
+    id = str(uuid.uuid4())
+    with Client(node.host, node.proc.port("workq")) as client:
+        client.add(id, "http-failed", b"payload", 60_000, 3_600_000, max_attempts=1)
+        assert client.lease("http-failed", wait_timeout=5000).id == id
+        client.fail(id, b"boom")
+    job = json.loads(node.get(f"/api/job?id={id}")[2])
+    assert job["job"]["state"] == "finished" and job["extra"]["outcome"] == "failed", job
+    status, _, body = node.get(f"/jobs/{id}")
+    assert b"/requeue" in body
+    status, _, body = node.api(f"/jobs/{id}/requeue")
+    assert status == 200 and json.loads(body)["ok"] is True, body
+    assert json.loads(node.get(f"/api/job?id={id}")[2])["job"]["state"] == "ready"
+    status, _, body = no_traceback(node.api(f"/jobs/{id}/requeue"))   # ready: nothing to requeue
+    assert status == 400 and "error" in json.loads(body)
+
+
 def test_purge_needs_its_confirmation(node):
     node.add("http-purge", 5)
     status, _, body = no_traceback(node.api("/queues/http-purge/purge"))

@@ -176,6 +176,9 @@ def test_job_page_has_text_and_hex_payload_and_actions():
                                    lease={"connection": "127.0.0.1:5000", "protocol": "workq", "ttr_left_s": 4.0}),
                             "n", "c")
     assert "/requeue" in leased and "127.0.0.1:5000" in leased
+    failed = pages.job_page(detail(job=job_row(state="finished"), extra={"outcome": "failed"}), "n", "c")
+    completed = pages.job_page(detail(job=job_row(state="finished"), extra={"outcome": "completed"}), "n", "c")
+    assert "/requeue" in failed and "/requeue" not in completed and ">failed</span>" in failed
     binary = pages.job_page(detail(payload_text=None, payload_hex="00ff"), "n", "c")
     assert "Not valid UTF-8" in binary and "id=pt-hex checked" in binary
 

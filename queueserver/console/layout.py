@@ -14,7 +14,7 @@ from urllib.parse import quote, urlencode
 
 #: The colour of each job state (bars, badges, chips).
 STATE_COLOURS = {"ready": "#3b82f6", "scheduled": "#8b5cf6", "leased": "#f59e0b",
-                 "finished": "#10b981", "failed": "#ef4444"}
+                 "finished": "#10b981", "failed": "#ef4444", "completed": "#10b981"}
 
 CSS = """
 :root{--bg:#f4f6f9;--card:#fff;--line:#e4e7ec;--text:#1d2433;--muted:#667085;--accent:#4f46e5;

@@ -260,7 +260,9 @@ def job_page(detail: JobDetail, node: str, csrf: str, notice: str = "", elsewher
     facts = [("Id", f'<span class=mono>{esc(j["id"])}</span>'),
              ("Number", fmt_int(j["number"])),
              ("Queue", f'<a href="{esc(queue_link)}">{esc(j["queue"])}</a>' if queue_link else esc(j["queue"])),
-             ("State", state_badge(j["state"])),
+             ("State", state_badge(j["state"]) + (f' {state_badge(str(detail["extra"]["outcome"]))}'
+                                                  if j["state"] == "finished" and detail["extra"].get("outcome")
+                                                  else "")),
              ("Priority", fmt_int(j["priority"])),
              ("Attempts", attempts),
              ("Age", fmt_age(j["age_s"])),
@@ -281,7 +283,8 @@ def job_page(detail: JobDetail, node: str, csrf: str, notice: str = "", elsewher
         lease_html = '<p class=muted>Not leased: no client holds this job.</p>'
     ident = j["id"]
     requeue = ""
-    if j["state"] in ("leased", "finished"):
+    failed = j["state"] == "finished" and detail["extra"].get("outcome") == "failed"
+    if j["state"] == "leased" or failed:   # what the shard requeues
         requeue = (f'<button class=btn type=submit formaction="{esc(url("jobs", ident, "requeue"))}" '
                    'title="back to ready, as a new attempt">Requeue</button>')
     actions = (f'<form class=act method=post action="{esc(url("jobs", ident, "delete"))}">{_csrf_field(csrf)}'
