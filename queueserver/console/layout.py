@@ -212,6 +212,12 @@ def nice_ceiling(value: float) -> float:
     return float(10 * power)
 
 
+#: The tab's icon, inline (no request for /favicon.ico).
+FAVICON = ('<link rel=icon href="data:image/svg+xml,'
+           "%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 32 32'%3E%3Crect width='32' height='32' "
+           "rx='8' fill='%234f46e5'/%3E%3Ctext x='16' y='22' font-size='17' font-family='sans-serif' "
+           "font-weight='700' text-anchor='middle' fill='white'%3EQ%3C/text%3E%3C/svg%3E\">")
+
 NAV: Tuple[Tuple[str, str], ...] = (("overview", "/"), ("cluster", "/cluster"), ("history", "/history/report"))
 
 
@@ -224,7 +230,7 @@ def page(title: str, body: str, node: str, active: str = "", search: str = "",
     return (
         "<!doctype html>\n<html lang=en><head><meta charset=utf-8>"
         '<meta name=viewport content="width=device-width,initial-scale=1">'
-        f"<title>{esc(title)} · queueserver</title><style>{CSS}</style>{script}</head><body>"
+        f"<title>{esc(title)} · queueserver</title>{FAVICON}<style>{CSS}</style>{script}</head><body>"
         '<header class=top><div class=in>'
         '<a class=brand href="/"><span class=logo>Q</span>queueserver</a>'
         f'<span class=node title="node">{esc(node)}</span>'

@@ -210,7 +210,7 @@ def queue_page(jobs: JobPage, row: Optional[QueueRow], rates: Sequence[RatePoint
         + f'<div class=head><h1>{esc(name)}</h1><div class=sub>{where}{history_link}</div></div>'
         + notice + cap
         + f'<div class=tiles>{tiles}</div>'
-        + f'<div class="card chart"><h2>Rates, the last minutes</h2>{legend()}'
+        + f'<div class="card chart"><h2>Rates per second, the last minutes</h2>{legend()}'
           f'<div id=chart data-src="{esc(url("api", "queues", name, "rates", format="svg"))}">'
         + rate_chart(rates) + "</div></div>"
         + f'<div class="card flush"><nav class=tabs>{state_tabs}</nav>{listing}{_pager(name, jobs)}</div>'
