@@ -343,6 +343,9 @@ def test_a_busy_queue_charts_its_rates(console, page):
     wait_for(lambda: len(console.api("/api/queues/webhooks/rates")["rates"]) >= 4, 30, "four rate samples")
     page.goto(console.url("/queues/webhooks"))
     assert page.locator("#chart svg path").count() >= 3   # added, completed, failed
+    with page.expect_response(re.compile(r"/api/queues/webhooks/rates\?format=svg")) as refreshed:
+        pass   # the chart asks again on its own within 2 s
+    assert refreshed.value.status == 200
     screenshot(page, "console-queue")
     page.goto(console.url("/queues/webhooks?state=leased"))
     screenshot(page, "console-queue-leased")
