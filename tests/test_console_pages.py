@@ -238,6 +238,7 @@ def test_csrf_tokens_are_ours_and_expire():
     assert auth.csrf_valid(token)
     assert not Auth(lambda: {}, b"another", clock).csrf_valid(token)   # another process's
     assert not auth.csrf_valid(token.replace(".", ".0")) and not auth.csrf_valid("") and not auth.csrf_valid(None)
+    assert not auth.csrf_valid("\u00b2.ab") and not auth.csrf_valid("9" * 40 + ".ab")
     clock.now += CSRF_LIFETIME + 1
     assert not auth.csrf_valid(token)
 
@@ -291,5 +292,8 @@ def test_a_bug_is_a_500_page_without_a_traceback(caplog):
     answer = app.handle("GET", "/api/queues", {})
     assert answer.status == 500 and answer.content_type == "application/json"
     assert app.handle("GET", "/jobs/x/delete", {}).status == 405
-    assert app.handle("POST", "/cluster", {}).status == 405
+    answer = app.handle("POST", "/cluster", {})
+    assert answer.status == 405 and ("Allow", "GET, HEAD") in answer.headers
+    assert app.handle("GET", "/jobs/%C2%B2", {}).status == 400   # a superscript two is no number
+    assert app.handle("GET", "/queues/q?page=%C2%B2", {}).status == 400
     assert app.handle("GET", "/static/console.js", {}).status == 200

@@ -75,6 +75,7 @@ REPORT_HEADERS = [("Content-Security-Policy", "sandbox allow-scripts allow-popup
 
 HTML = "text/html; charset=utf-8"
 JSON = "application/json"
+_DIGITS = re.compile(r"\A[0-9]+\Z")
 _UUID = re.compile(r"\A[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}\Z")
 
 
@@ -107,6 +108,10 @@ class Response:
 
 class MethodNotAllowed(ConsoleError):
     status = 405
+
+    def __init__(self, message: str, allow: str) -> None:
+        super().__init__(message)
+        self.allow = allow
 
 
 @dataclass
@@ -163,7 +168,7 @@ def _text(value: str, what: str) -> str:
 def check_ident(ident: str) -> str:
     """``ident`` if it looks like a job id (a UUID or a number), else :class:`BadRequest`."""
     ident = ident.strip()
-    if ident.isdigit() and len(ident) <= 20 or _UUID.match(ident):
+    if _DIGITS.match(ident) and len(ident) <= 20 or _UUID.match(ident):
         return ident
     raise BadRequest(f"“{ident[:80]}” is not a job id: a job is named by its UUID "
                      "or by its number.")
@@ -172,7 +177,7 @@ def check_ident(ident: str) -> str:
 def _int(value: str, what: str, default: int, low: int, high: int) -> int:
     if value == "":
         return default
-    if not value.isdigit() or len(value) > 12:
+    if not _DIGITS.match(value) or len(value) > 12:
         raise BadRequest(f"The {what} must be a whole number.")
     number = int(value)
     if number < low:
@@ -215,7 +220,7 @@ class ConsoleApp:
             return self._route(request)
         except ConsoleError as e:
             return self.error(e.status, e.message, api,
-                              [("Allow", "POST")] if isinstance(e, MethodNotAllowed) else [])
+                              [("Allow", e.allow)] if isinstance(e, MethodNotAllowed) else [])
         except Exception:   # a bug costs this request only, and shows no traceback
             log.exception("console: %s %s failed", method, target[:200])
             return self.error(500, "Something went wrong on the server; its log has the details.", api)
@@ -243,8 +248,8 @@ class ConsoleApp:
         if allowed:
             if "POST" in allowed:
                 raise MethodNotAllowed("This is an action: it is done with a POST (a form's button), "
-                                       "never by opening a link.")
-            raise MethodNotAllowed(f"Only {', '.join(sorted(set(allowed)))} is served here.")
+                                       "never by opening a link.", "POST")
+            raise MethodNotAllowed("This page is only read (GET), never posted to.", "GET, HEAD")
         raise NotFound("No such page on this console.")
 
     # --------------------------------------------------------- responses

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 import time
 from typing import Callable, Dict, Mapping, Optional
 from urllib.parse import urlsplit
@@ -38,6 +39,8 @@ TOKEN_FIELD = "token"
 CSRF_FIELD = "csrf"
 #: How long a rendered form's CSRF token stays good (seconds).
 CSRF_LIFETIME = 12 * 3600
+
+_DIGITS = re.compile(r"\A[0-9]+\Z")
 
 
 class Auth:
@@ -73,7 +76,7 @@ class Auth:
 
     def csrf_valid(self, value: Optional[str]) -> bool:
         issued, _, mac = (value or "").partition(".")
-        if not issued.isdigit() or not mac:
+        if not _DIGITS.match(issued) or len(issued) > 12 or not mac:
             return False
         if not hmac.compare_digest(mac.encode(), self._mac(issued).encode()):
             return False
