@@ -157,6 +157,18 @@ def test_bad_input_is_a_page_with_a_status(node, path, status):
     assert headers["content-type"] == "text/html; charset=utf-8"
 
 
+ODD = ["/queues/%00", "/queues/" + "a" * 1000, "/search?q=" + "x" * 1000, "/jobs/-1", "/api/job", "/api/job?id=",
+       "/%", "/%zz", "/queues/a%2Fb", "//", "/queues//", "/static/../../etc/passwd", "/jobs/1?page=x",
+       "/queues/q?per_page=-5", "/queues/q?per_page=1e9", "/api/queues/%20/rates", "/search?q=%00",
+       "/search?q=%ff", "/jobs/%F0%9F%92%A5", "/queues/%E2%80%AE", "/cluster?x=" + "%" * 50, "/?q=a&q=b"]
+
+
+@pytest.mark.parametrize("path", ODD)
+def test_odd_requests_are_answered_without_a_500(node, path):
+    status, _, body = no_traceback(node.get(path))
+    assert status in (200, 303, 400, 404), (path, status, body[:300])
+
+
 def test_a_million_jobs_a_page_is_capped(node):
     node.add("http-many", 130)
     status, _, body = node.get("/queues/http-many?per_page=1000000")
