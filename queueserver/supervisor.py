@@ -32,11 +32,13 @@ from .net import linkauth
 from .protocols import DEFAULT_PORTS
 from .datadir import DataDir, LayoutError
 from .dirlock import DirectoryBusy, lock_directory
+from .cluster.roles import FOLLOWER, PRIMARY_COPY, PRIMARY_HOME
 from .lifecycle import EXIT_REFUSED, SUPERVISOR_PID
 from .numbers import FILE_NAME as NUMBERS_FILE
 
 if TYPE_CHECKING:   # imported when the metrics port is on: it loads prometheus_client
-    from .cluster.coordination import Membership
+    from .cluster.coordination import Etcd, Membership
+    from .cluster.roles import FailoverWatch
     from .metrics.http import NodeMetrics
 
 log = logging.getLogger("queueserver.supervisor")
@@ -70,6 +72,12 @@ class RouterConfig(_RouterConfigBase, total=False):
     numbers: str
 
 
+#: Share of the etcd lease's TTL without a refresh after which a node's
+#: primaries stop: well before etcd lets the lease lapse and a follower is
+#: promoted (our clock starts later than etcd's, at the answer).
+FENCE_AFTER = 0.6
+
+
 class Child:
     """One supervised process and its restart bookkeeping."""
 
@@ -81,6 +89,8 @@ class Child:
         self.backoff = 0.1
         self.restart_at = 0.0
         self.started_at = 0.0
+        #: not restarted while set (a primary stopped because its node lost its etcd lease)
+        self.held = False
 
     def start(self) -> None:
         # Its own process group: a terminal's Ctrl-C reaches only the
@@ -212,6 +222,11 @@ class Supervisor:
         self.metrics: Optional[NodeMetrics] = None   # the HTTP port of /metrics and /status (None: off)
         #: this node's lease in etcd (a cluster file with [etcd] only)
         self.membership: Optional[Membership] = None
+        #: a replicated cluster on etcd: what this node runs in each shard group, and its failover watch
+        self.etcd: Optional[Etcd] = None
+        self.roles: Optional[Dict[int, str]] = None
+        self.failover: Optional[FailoverWatch] = None
+        self._fenced = False
 
     @property
     def runtime_dir(self) -> str:
@@ -243,15 +258,16 @@ class Supervisor:
                           + placement)
                     for i, path in enumerate(sockets)]
         if self.cluster is not None and self.cluster.replicas and self.data is not None:
-            # the copies this node keeps of other nodes' shards (replicas in the cluster file)
-            for shard in self.cluster.shards():
-                if config.node in self.cluster.followers_of(shard.ordinal):
-                    children.append(Child(f"follower-{shard.ordinal}", [
-                        python, "-m", "queueserver.shard.follower", "--cluster", self.cluster.path,
-                        "--node", config.node, "--ordinal", str(shard.ordinal),
-                        "--data-dir", os.path.join(self.data.path, "replicas", str(shard.ordinal)),
-                        "--fsync", config.fsync, "--compact-after-bytes", str(config.compact_after_bytes),
-                        "--log-level", level]))
+            assert config.node is not None
+            roles = self.roles if self.roles is not None else {   # without etcd: no failover
+                shard.ordinal: FOLLOWER for shard in self.cluster.shards()
+                if config.node in self.cluster.followers_of(shard.ordinal)}
+            own = {shard.ordinal: shard.index for shard in self.cluster.shards_of(config.node)}
+            children = [child for i, child in enumerate(children)
+                        if roles.get(self.cluster.shards_of(config.node)[i].ordinal, PRIMARY_HOME) == PRIMARY_HOME]
+            for ordinal, role in sorted(roles.items()):
+                if role != PRIMARY_HOME:
+                    children.append(self._group_child(ordinal, role, own.get(ordinal, 0)))
         fds = {name: sock.fileno() for name, sock in self.listeners.items()}
         # Every child holds the directories' locks too, so that they stay
         # locked while any process of this server lives (a next server waits
@@ -282,6 +298,128 @@ class Supervisor:
                                          "--config", json.dumps(router_config), "--log-level", level],
                                   pass_fds=tuple(fds.values()) + locks))
         return children
+
+    def _group_child(self, ordinal: int, role: str, index: int) -> Child:
+        """The process of this node's role in shard ``ordinal``'s group other
+        than its own shard: a follower keeping the copy, or the shard served
+        from that copy (a primary by failover)."""
+        config, cluster, data = self.config, self.cluster, self.data
+        assert cluster is not None and data is not None and config.node is not None
+        copy = os.path.join(data.path, "replicas", str(ordinal))
+        common = ["--cluster", cluster.path, "--node", config.node, "--data-dir", copy,
+                  "--fsync", config.fsync, "--compact-after-bytes", str(config.compact_after_bytes),
+                  "--log-level", config.log_level]
+        python = sys.executable
+        if role == FOLLOWER:
+            return Child(f"follower-{ordinal}", [python, "-m", "queueserver.shard.follower",
+                                                 "--ordinal", str(ordinal), *common])
+        return Child(f"takeover-{ordinal}", [
+            python, "-m", "queueserver.shard", "--index", str(index), "--ordinal", str(ordinal),
+            "--socket", self.runtime.file(f"takeover-{ordinal}.sock"),
+            "--max-queues", str(config.shard_max_queues()),
+            "--queue-idle-timeout", repr(config.queue_idle_timeout),
+            "--fsync-interval", repr(config.fsync_interval), *common]
+            + ([] if config.metrics.enabled else ["--no-metrics"]))
+
+    def _coordinate(self) -> None:
+        """A replicated cluster on etcd: before any process starts, read each
+        group's record and so what this node runs in each (etcd must answer)."""
+        cluster = self.cluster
+        if cluster is None or not cluster.replicas or cluster.etcd is None:
+            return
+        from .cluster.coordination import CoordinationError, Etcd
+        from .cluster.groups import read_all
+        from .cluster.roles import FailoverWatch, plan
+        assert self.config.node is not None
+        self.etcd = Etcd(cluster.etcd)
+        while not self._stopping:
+            try:
+                groups = read_all(self.etcd)
+                break
+            except CoordinationError as err:
+                log.warning("etcd does not answer (%s); a replicated node starts once it does", err)
+                time.sleep(1.0)
+        else:
+            return
+        self.roles = plan(cluster, self.config.node, groups)
+        self.failover = FailoverWatch(self.etcd, self.config.node)
+        self.failover.following = [k for k, role in self.roles.items() if role == FOLLOWER]
+        log.info("node %s in its shard groups: %s", self.config.node,
+                 ", ".join(f"{k}: {role}" for k, role in sorted(self.roles.items())) or "none")
+
+    def _take_over(self) -> None:
+        """Promotions the failover watch won: stop the follower, serve its copy."""
+        if self.failover is None or self.roles is None:
+            return
+        while not self.failover.promoted.empty():
+            ordinal, _group = self.failover.promoted.get()
+            follower = next((c for c in self.children if c.name == f"follower-{ordinal}"), None)
+            if follower is not None:
+                if follower.process is not None and follower.process.poll() is None:
+                    follower.process.terminate()
+                self._reap(follower, time.monotonic() + STOP_GRACE)
+                self.children.remove(follower)
+            self.roles[ordinal] = PRIMARY_COPY
+            self.failover.following = [k for k, role in self.roles.items() if role == FOLLOWER]
+            assert self.cluster is not None and self.config.node is not None
+            own = {s.ordinal: s.index for s in self.cluster.shards_of(self.config.node)}
+            child = self._group_child(ordinal, PRIMARY_COPY, own.get(ordinal, 0))
+            self.children.append(child)
+            child.start()
+
+    def _fence(self) -> None:
+        """A node whose etcd lease may have lapsed must not acknowledge as a
+        primary: its primaries stop (SIGKILL) before the lease's TTL is over,
+        and run again only if etcd still names this node once the lease is back."""
+        membership, cluster = self.membership, self.cluster
+        if membership is None or self.roles is None or cluster is None or cluster.etcd is None:
+            return
+        primaries = [c for c in self.children if c.name.startswith(("shard-", "takeover-"))]
+        if membership.silent_for() > cluster.etcd.lease_ttl * FENCE_AFTER:
+            if not self._fenced:
+                self._fenced = True
+                if self.failover is not None:
+                    self.failover.paused.set()
+                log.error("no etcd lease refresh for %.1f s: this node's primaries stop (another node "
+                          "may be promoted in their place)", membership.silent_for())
+                for child in primaries:
+                    child.held = True
+                    if child.process is not None and child.process.poll() is None:
+                        child.process.kill()
+            return
+        if self._fenced and membership.registered.is_set():
+            from .cluster.coordination import CoordinationError
+            from .cluster.groups import read_all
+            from .cluster.roles import plan
+            assert self.etcd is not None and self.config.node is not None
+            try:
+                groups = read_all(self.etcd)
+            except CoordinationError:
+                return
+            self._fenced = False
+            roles = plan(cluster, self.config.node, groups)
+            log.warning("etcd lease back: node %s in its shard groups: %s", self.config.node,
+                        ", ".join(f"{k}: {role}" for k, role in sorted(roles.items())))
+            own = {s.ordinal: s.index for s in cluster.shards_of(self.config.node)}
+            by_name = {c.name: c for c in self.children}
+            for ordinal, role in roles.items():
+                if role == self.roles.get(ordinal):
+                    continue
+                for name in (f"shard-{own.get(ordinal, -1)}", f"takeover-{ordinal}", f"follower-{ordinal}"):
+                    old = by_name.get(name)
+                    if old is not None:
+                        self._reap(old, time.monotonic() + STOP_GRACE)
+                        self.children.remove(old)
+                if role != PRIMARY_HOME:
+                    fresh = self._group_child(ordinal, role, own.get(ordinal, 0))
+                    self.children.append(fresh)
+                    fresh.start()
+            for child in self.children:
+                child.held = False
+            self.roles = roles
+            if self.failover is not None:
+                self.failover.following = [k for k, role in roles.items() if role == FOLLOWER]
+                self.failover.paused.clear()
 
     def _numbers_file(self) -> str:
         """Where the shards take blocks of job numbers: the data directory's
@@ -399,13 +537,15 @@ class Supervisor:
             log.info("runtime directory %s, %d shards", self.runtime_dir, self.config.shards)
             for name, sock in self.listeners.items():
                 log.info("%s listening on %s:%d", name, *sock.getsockname()[:2])
+            self._coordinate()
             self.children = self._children()
             for child in self.children:
                 child.start()
             if self.metrics is not None:
                 self.metrics.start()
             ready = [self.runtime.file(f"router-{i}.ready") for i in range(self.config.routers)]
-            ready += [self.runtime.file(f"shard-{i}.sock.ready") for i in range(self.config.shards)]
+            ready += [self.runtime.file(f"{c.name}.sock.ready") for c in self.children
+                      if c.name.startswith(("shard-", "takeover-"))]
             published = False
             while not self._stopping:
                 self._watch()
@@ -413,8 +553,14 @@ class Supervisor:
                     self._write_ports()  # every router serves: clients may come
                     published = True
                     self._register()
+                    if self.failover is not None:
+                        self.failover.start()
+                self._take_over()
+                self._fence()
                 time.sleep(0.05)
         finally:
+            if self.failover is not None:
+                self.failover.stop()
             if self.membership is not None:
                 self.membership.stop()   # gone from etcd at once, not a lease's time later
                 self.membership.etcd.close()
@@ -441,7 +587,7 @@ class Supervisor:
         node = self.cluster.node(self.config.node)
         info = {"host": node.host, "shards": node.shards,
                 "metrics_port": self.metrics.port if self.metrics is not None else None}
-        self.membership = Membership(Etcd(self.cluster.etcd), node.name, info)
+        self.membership = Membership(self.etcd or Etcd(self.cluster.etcd), node.name, info)
         self.membership.start()
 
     def _on_signal(self, signum: int, frame: Optional[FrameType]) -> None:
@@ -471,7 +617,7 @@ class Supervisor:
                     child.backoff = 0.1   # it ran a good while: restart at once
                 child.restart_at = now + child.backoff
                 child.backoff = min(child.backoff * 2, MAX_BACKOFF)
-            if child.process is None and now >= child.restart_at and not self._stopping:
+            if child.process is None and now >= child.restart_at and not self._stopping and not child.held:
                 child.start()
 
     def _stop_all(self) -> None:

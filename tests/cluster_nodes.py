@@ -57,7 +57,9 @@ class Nodes:
                  tls: Optional[Dict[str, str]] = None, extra: Sequence[str] = (),
                  later: Sequence[str] = ()) -> None:
         """``joiners``: nodes with ``join = true``; ``later``: nodes left out
-        of the file until :meth:`add_to_file` (as an operator adds a node)."""
+        of the file until :meth:`add_to_file` (as an operator adds a node).
+        Each node gets 8 free link ports beyond its shards': where it serves
+        the copies it took over in a replicated cluster."""
         self.root = root
         self.names = [chr(ord("a") + i) for i in range(len(shards))]
         self.secret = write_secret(root / "cluster.secret")
@@ -72,7 +74,7 @@ class Nodes:
         self._entries: Dict[str, List[str]] = {}
         for i, name in enumerate(self.names):
             self._entries[name] = ["[[node]]", f'name = "{name}"', f'host = "{HOSTS[i]}"',
-                                   f"link_port = {free_ports(HOSTS[i], shards[i])}", f"shards = {shards[i]}"]
+                                   f"link_port = {free_ports(HOSTS[i], shards[i] + 8)}", f"shards = {shards[i]}"]
             if name in joiners:
                 self._entries[name].append("join = true")
             if name not in later:

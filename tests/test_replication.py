@@ -47,8 +47,8 @@ def jobs_in(directory: Path, ordinal: int) -> Set[str]:
 
 
 def follower_pid(nodes: Nodes, ordinal: int) -> int:
-    found = subprocess.run(["pgrep", "-f", f"queueserver.shard.follower --cluster {nodes.file} .*--ordinal "
-                                           f"{ordinal} "], capture_output=True, text=True).stdout.split()
+    found = subprocess.run(["pgrep", "-f", f"queueserver.shard.follower --ordinal {ordinal} --cluster {nodes.file} "],
+                           capture_output=True, text=True).stdout.split()
     assert len(found) == 1, found
     return int(found[0])
 

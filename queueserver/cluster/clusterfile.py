@@ -11,12 +11,16 @@ NAME``)::
     [etcd]                           # optional: liveness coordinated on etcd
     endpoints = ["http://10.0.0.9:2379"]   # tried in this order
     prefix = "/queueserver"          # the cluster's keys live under it
-    lease_ttl = 10                   # seconds a dead node stays listed
+    lease_ttl = 3                    # seconds a dead node stays listed (a
+                                     # replicated primary's failover takes
+                                     # about this long)
     # ca, cert, key: TLS to etcd with a client certificate (etcd's
     # --client-cert-auth is its authentication)
 
     replicas = 1                     # optional: followers of each shard
-                                     # on other nodes (0, 1 or 2)
+                                     # on other nodes (0, 1 or 2); a node
+                                     # serves a copy it took over on
+                                     # link_port + shards + i
 
     [[node]]
     name = "a"
@@ -62,7 +66,7 @@ class TLSFiles:
 class EtcdSpec:
     endpoints: Tuple[str, ...]
     prefix: str = "/queueserver"
-    lease_ttl: int = 10
+    lease_ttl: int = 3
     ca: Optional[str] = None
     cert: Optional[str] = None
     key: Optional[str] = None
@@ -102,6 +106,28 @@ class ClusterSpec:
     tls: Optional[TLSFiles] = None
     etcd: Optional[EtcdSpec] = None
     replicas: int = 0
+
+    def takeovers(self, node: str) -> List[int]:
+        """The shards of other nodes that ``node`` keeps a copy of (and may
+        serve, once promoted), by ordinal."""
+        return [s.ordinal for s in self.shards() if s.node != node and node in self.followers_of(s.ordinal)]
+
+    def address(self, node: str, ordinal: int) -> Tuple[str, int]:
+        """Where shard ``ordinal`` listens when ``node`` serves it: its own
+        link port on its home node; on a node holding a copy, the port after
+        that node's own shards' for each shard it may take over, in ordinal
+        order (``link_port + shards + i``)."""
+        spec = self.node(node)
+        shard = self.shards()[ordinal]
+        if shard.node == node:
+            return shard.host, shard.port
+        return spec.host, spec.link_port + spec.shards + self.takeovers(node).index(ordinal)
+
+    def candidates(self, ordinal: int) -> List[Tuple[str, int]]:
+        """Every address shard ``ordinal``'s primary may be at: its home node's
+        first, then each follower's (after a failover)."""
+        home = self.shards()[ordinal].node
+        return [self.address(node, ordinal) for node in [home, *self.followers_of(ordinal)]]
 
     def followers_of(self, ordinal: int) -> List[str]:
         """The nodes that follow shard ``ordinal``: the next ``replicas`` nodes
@@ -244,7 +270,17 @@ def load_cluster(path: str) -> ClusterSpec:
     if replicas >= len(serving):
         raise ClusterError(f"{path}: replicas = {replicas} needs at least {replicas + 1} nodes (each "
                            f"follower on a node of its own), the file has {len(serving)}")
-    return ClusterSpec(os.path.abspath(path), secret_file, nodes, tls, etcd, replicas)
+    spec = ClusterSpec(os.path.abspath(path), secret_file, nodes, tls, etcd, replicas)
+    if replicas:   # the ports a node serves its copies on, once promoted, must be free too
+        for node in serving:
+            for ordinal in spec.takeovers(node.name):
+                host, port = spec.address(node.name, ordinal)
+                if port > 65535 or (host, port) in links:
+                    raise ClusterError(f"{path}: node {node.name} serves a copy of shard {ordinal} on "
+                                       f"link port {host}:{port} once promoted (link_port + shards + i), "
+                                       f"which is {'past 65535' if port > 65535 else 'taken'}; move its link_port")
+                links[(host, port)] = node.name
+    return spec
 
 
 _ETCD_KEYS = ("endpoints", "prefix", "lease_ttl", "ca", "cert", "key")
@@ -272,7 +308,7 @@ def _etcd(path: str, raw: Any) -> EtcdSpec:
     prefix = raw.get("prefix", "/queueserver")
     if not isinstance(prefix, str) or not prefix.startswith("/") or prefix.rstrip("/") == "":
         raise ClusterError(f"{where}: prefix must be a key path such as \"/queueserver\", got {prefix!r}")
-    ttl = raw.get("lease_ttl", 10)
+    ttl = raw.get("lease_ttl", 3)
     if not isinstance(ttl, int) or isinstance(ttl, bool) or not 2 <= ttl <= 300:
         raise ClusterError(f"{where}: lease_ttl must be whole seconds from 2 to 300, got {ttl!r}")
     files = {k: _relative(path, raw[k], f"{where} {k}") for k in ("ca", "cert", "key") if k in raw}

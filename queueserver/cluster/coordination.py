@@ -16,7 +16,7 @@ Keys, under the cluster file's ``[etcd] prefix``::
                             ``lease_ttl`` seconds of the node's death
 
 A node's :class:`Membership` registers it and refreshes its lease every
-third of the TTL from a daemon thread; a refresh that finds the lease gone
+quarter of the TTL from a daemon thread; a refresh that finds the lease gone
 (etcd restarted, or the node was cut off longer than the TTL) registers
 again with a new lease, and each change of state is one log line.
 :func:`live_nodes` is what ``queueserver cluster status`` reads.
@@ -120,6 +120,7 @@ class Membership:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.registered = threading.Event()   # set while the key is known to be in etcd
+        self._last_ok = time.monotonic()      # the last registration or refresh that etcd took
 
     def start(self) -> None:
         """Register at once if etcd answers (else keep trying from the thread)."""
@@ -137,15 +138,18 @@ class Membership:
         key = self.etcd.key("nodes", self.name)
         self.etcd.call(lambda client: client.put(key, body, lease=lease))
         self._lease = lease
+        self._last_ok = time.monotonic()
         self.registered.set()
         log.info("etcd: node %s registered (lease of %d s)", self.name, ttl)
 
     def _keep_alive(self) -> None:
-        period = max(0.2, self.etcd.spec.lease_ttl / 3)
+        period = max(0.2, self.etcd.spec.lease_ttl / 4)
         while not self._stop.wait(period):
             try:
                 lease = self._lease
-                if lease is None or self.etcd.call(lambda client: _refresh(client, lease)) <= 0:
+                if lease is not None and self.etcd.call(lambda client: _refresh(client, lease)) > 0:
+                    self._last_ok = time.monotonic()
+                else:
                     if lease is not None:
                         log.warning("etcd: node %s's lease had lapsed; registering again", self.name)
                         self.registered.clear()
@@ -154,6 +158,11 @@ class Membership:
                 if self.registered.is_set():
                     log.warning("etcd: node %s cannot refresh its lease: %s", self.name, err)
                     self.registered.clear()
+
+    def silent_for(self) -> float:
+        """Seconds since etcd last took this node's registration or refresh:
+        past the lease's TTL, others may see this node as dead."""
+        return time.monotonic() - self._last_ok
 
     def stop(self) -> None:
         """Stop refreshing and revoke the lease: the node is gone from etcd at once."""

@@ -27,7 +27,7 @@ from ..net import linkauth
 from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, Command
 from .fanout import FirstFound, Gather, SpreadLease
 from .router import Located, Pending, Router
-from .shardlink import Address, Auth, ShardLink
+from .shardlink import Address, Auth, Places, ShardLink
 from .slotmap import SlotMap
 
 if TYPE_CHECKING:
@@ -51,19 +51,23 @@ class ClusterRouter(Router):
         spec = load_cluster(cluster["file"])
         secret, tls = linkauth.client_credentials(spec.secret_file, spec.tls)
         removed = {node.name for node in spec.nodes if node.removed}
-        addresses: List[Address] = []
+        addresses: List[Places] = []
         for shard in spec.shards():
-            if shard.node == cluster["node"]:
-                addresses.append(sockets[shard.index])
-            elif shard.node in removed:
+            if shard.node in removed:
                 addresses.append(None)
+                continue
+            here: Address = sockets[shard.index] if shard.node == cluster["node"] else (shard.host, shard.port)
+            if spec.replicas:   # after a failover its primary serves on a follower's node
+                places: List[Address] = [here]
+                places += spec.candidates(shard.ordinal)[1:]
+                addresses.append(places)
             else:
-                addresses.append((shard.host, shard.port))
+                addresses.append(here)
         router = cls(spec, addresses, options, index, routers, limits, direct_path, history, auth=(secret, tls))
         router.key = f"{cluster['node']}/{router.index}"   # router 0 of every node: told apart
         return router
 
-    def __init__(self, spec: ClusterSpec, addresses: Sequence[Address],
+    def __init__(self, spec: ClusterSpec, addresses: Sequence[Places],
                  options: Optional[Dict[str, Dict[str, Any]]] = None, index: int = 0, routers: int = 1,
                  limits: Optional[Dict[str, int]] = None, direct_path: bool = False, history: bool = False,
                  auth: Optional[Auth] = None) -> None:
@@ -239,7 +243,9 @@ class ClusterRouter(Router):
                         ordinal, err)
             return False
         for shard in spec.shards()[len(self.links):]:
-            link = ShardLink(shard.ordinal, (shard.host, shard.port), self._shard_event, self._shard_down,
+            candidates: List[Address] = list(spec.candidates(shard.ordinal))
+            link = ShardLink(shard.ordinal, candidates if spec.replicas else (shard.host, shard.port),
+                             self._shard_event, self._shard_down,
                              self._link_up, None, self._context, self._auth)
             self.links.append(link)
             self.reachable.append(link)

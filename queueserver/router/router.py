@@ -51,7 +51,7 @@ from .directory import SHARED
 from .jobcache import JobCache
 from .fanout import FirstFound, Gather, SpreadLease, ignore
 from ..lifecycle import die_with_supervisor, settle_gc, setup_logging, stop_event
-from .shardlink import Address, Auth, Context, ShardLink
+from .shardlink import Address, Auth, Context, Places, ShardLink
 from ..console.uses import Uses, note_use
 from ..numbers import NumberFile
 
@@ -119,7 +119,7 @@ class Router:
     """``routers``/``index``: this is router ``index`` of ``routers`` sharing the
     same listening sockets and shards."""
 
-    def __init__(self, socket_paths: Sequence[Address], options: Optional[Dict[str, Dict[str, Any]]] = None,
+    def __init__(self, socket_paths: Sequence[Places], options: Optional[Dict[str, Dict[str, Any]]] = None,
                  index: int = 0, routers: int = 1, limits: Optional[Dict[str, int]] = None,
                  direct_path: bool = False, history: bool = False,
                  auth: Optional[Auth] = None, numbers: Optional[str] = None) -> None:

@@ -34,6 +34,8 @@ RECONNECT_DELAY = 0.05
 LINK_TIMEOUT = 5.0         # seconds to connect and authenticate to a shard of another host
 REFUSED_DELAY = 1.0        # after a refused or failed TCP link: another host, be gentle
 Address = Union[str, Tuple[str, int], None]
+#: one place, or the places tried in turn (a replicated cluster's shard)
+Places = Union[Address, List[Address]]
 LINK_PRIORITY = 2          # libev's highest: before client sockets' watchers
 
 #: the client behind a request, ``(protocol, connection)``, for the shards' job
@@ -55,7 +57,7 @@ def where(path: Address) -> str:
 
 
 class ShardLink:
-    def __init__(self, index: int, path: Address, on_event: Callable[["ShardLink", str, Any], None],
+    def __init__(self, index: int, path: Places, on_event: Callable[["ShardLink", str, Any], None],
                  on_down: Callable[["ShardLink"], None],
                  on_up: Callable[["ShardLink"], None] = lambda link: None,
                  handoffs: Optional[Handoffs] = None,
@@ -68,7 +70,10 @@ class ShardLink:
         shard's job history). ``auth``: ``(secret, TLS client context or
         None)`` for a TCP link."""
         self.index = index
-        self.path = path
+        #: where the shard may be, tried in turn while it cannot be reached (a
+        #: replicated cluster's shard: its home, then the nodes that may take it over)
+        self.paths: List[Address] = list(path) if isinstance(path, list) else [path]
+        self.path: Address = self.paths[0]
         self._auth = auth
         self.context: List[Context] = context if context is not None else [None]
         self.pending: Dict[int, Callback] = {}
@@ -82,7 +87,7 @@ class ShardLink:
         self._on_down = on_down
         self._on_up = on_up
         self._refusal_logged = False   # a failed TCP link is logged once until it works again
-        self._greenlet = gevent.spawn(self._run) if path is not None else None
+        self._greenlet = gevent.spawn(self._run) if self.path is not None else None
 
     @property
     def local(self) -> bool:
@@ -171,6 +176,8 @@ class ShardLink:
         while True:
             sock = self._connect()
             if sock is None:
+                if len(self.paths) > 1:   # its primary may have moved: the next place it may be
+                    self.path = self.paths[(self.paths.index(self.path) + 1) % len(self.paths)]
                 gevent.sleep(RECONNECT_DELAY)
                 continue
             # Frames from a shard are handled before client requests that

@@ -142,22 +142,35 @@ class Follower:
         self.primary = primary
         self.copy = copy
         self.secret, self.tls = linkauth.client_credentials(spec.secret_file, spec.tls)
+        # Where the group's primary may be: its home, or a node that took it
+        # over (never this node's own address: it is not the primary while it follows).
+        mine = spec.address(node, primary.ordinal)
+        self.addresses = [a for a in spec.candidates(primary.ordinal) if a != mine]
+        self._at = 0
+        self.epoch = 0   # the highest epoch a stream came with: older ones are refused
 
     def run(self) -> None:
         failures = 0
         while True:
+            host, port = self.addresses[self._at]
             try:
-                self._stream()
+                self._stream(host, port)
                 failures = 0
             except (OSError, linkauth.LinkAuthError, StoreError, ValueError) as err:
-                if failures == 0:
+                if failures % len(self.addresses) == 0 and failures < 3 * len(self.addresses):
                     log.warning("following shard %s at %s:%d: %s; dialling again", self.primary.name,
-                                self.primary.host, self.primary.port, err)
+                                host, port, err)
                 failures += 1
-            gevent.sleep(BACKOFF[min(failures, len(BACKOFF) - 1)])
+                self._at = (self._at + 1) % len(self.addresses)   # the primary may have moved
+            gevent.sleep(BACKOFF[min(failures // len(self.addresses), len(BACKOFF) - 1)])
 
-    def _stream(self) -> None:
-        sock = socket.create_connection((self.primary.host, self.primary.port), timeout=5.0)
+    def _check(self, epoch: int) -> None:
+        if epoch < self.epoch:
+            raise ValueError(f"a stream of epoch {epoch}, older than {self.epoch}: a deposed primary")
+        self.epoch = epoch
+
+    def _stream(self, host: str, port: int) -> None:
+        sock = socket.create_connection((host, port), timeout=5.0)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock = linkauth.connect_link(sock, self.secret, self.tls)
         sock.settimeout(None)
@@ -169,12 +182,21 @@ class Follower:
             channel.send([0, "ack", upto])
 
         def handle(frame: Any) -> None:
+            try:
+                take(frame)
+            except (StoreError, ValueError) as err:   # this stream is unusable: dial again
+                log.warning("following shard %s: %s; leaving this stream", self.primary.name, err)
+                channel.close()
+
+        def take(frame: Any) -> None:
             if frame[0] != 0:
                 return
             op, args = frame[1], frame[2]
             if op == "rec":
+                self._check(args[2])
                 copy.apply(args[0], args[1])
             elif op == "snap":
+                self._check(args[3])
                 if copy.snapshot_part(args[0], args[1], args[2]):
                     log.info("following shard %s: the live state is in place at position %d",
                              self.primary.name, args[0])

@@ -49,6 +49,12 @@ UNBOUNDED = 1 << 62
 
 CATCHING_UP = "catching-up"
 IN_SYNC = "in-sync"
+LEAVING = "leaving"    # dropped, still waited for until etcd's in-sync set no longer lists it
+
+#: Writes the in-sync set (node names) to the group's record in etcd: True once
+#: written, False if this shard is no longer the group's primary (deposed);
+#: raises while etcd cannot be reached. Called from a thread.
+IsrStore = Callable[[List[str]], bool]
 
 
 class Follower:
@@ -71,32 +77,43 @@ class Replicator:
     """The primary's side: followers, their positions, and what they hold back."""
 
     def __init__(self, snapshot: Callable[[], Iterator[Event]], position: Callable[[], int],
-                 released: Callable[[], None], name: str, lag_limit: float = LAG_LIMIT) -> None:
+                 released: Callable[[], None], name: str, lag_limit: float = LAG_LIMIT,
+                 isr_store: Optional[IsrStore] = None, epoch: int = 0) -> None:
         """``snapshot()``: the engine's live state as events; ``position()``:
         events appended so far; ``released()``: called when the in-sync set's
-        position moved (held answers may go)."""
+        position moved (held answers may go); ``isr_store``: where the in-sync
+        set is recorded (etcd), which a follower must have left before an
+        answer goes without it (None: nowhere, it leaves at once);
+        ``epoch``: the group's epoch, sent in every frame."""
         self._snapshot = snapshot
         self._position = position
         self._released = released
         self.name = name
         self.lag_limit = lag_limit
+        self.isr_store = isr_store
+        self.epoch = epoch
         self.followers: Dict[int, Follower] = {}   # by id(channel)
         self.drops = 0
+        #: deposed: another node is the group's primary; nothing is released any more
+        self.fenced = False
         self._watch: Optional[gevent.Greenlet[[], None]] = None
+        self._writer: Optional[gevent.Greenlet[[], None]] = None
+        self._isr_dirty = False
 
     def start(self) -> None:
         self._watch = gevent.spawn(self._watch_lag)
 
     def stop(self) -> None:
-        if self._watch is not None:
-            self._watch.kill(block=False)
+        for greenlet in (self._watch, self._writer):
+            if greenlet is not None:
+                greenlet.kill(block=False)
 
     # ---------------------------------------------------------- followers
     def attach(self, channel: FrameChannel, node: str) -> None:
         """A follower asked for the stream: the live state now, then every event."""
         base = self._position()
         follower = Follower(str(node), channel, base)
-        old = [key for key, f in self.followers.items() if f.node == follower.node]
+        old = [key for key, f in self.followers.items() if f.node == follower.node and f.state != LEAVING]
         for key in old:   # a reconnect: its former stream is over
             self._drop(self.followers[key], "reconnected")
         self.followers[id(channel)] = follower
@@ -106,7 +123,7 @@ class Replicator:
             part = list(islice(events, SNAPSHOT_PART))
             count += len(part)
             last = len(part) < SNAPSHOT_PART
-            channel.send([0, "snap", [base, part, last]])
+            channel.send([0, "snap", [base, part, last, self.epoch]])
             if last:
                 break
         log.info("shard %s: follower on node %s attached; sent the live state (%d events) at "
@@ -114,7 +131,7 @@ class Replicator:
 
     def detach(self, channel: FrameChannel) -> None:
         follower = self.followers.get(id(channel))
-        if follower is not None:
+        if follower is not None and follower.state != LEAVING:
             self._drop(follower, "its link closed")
 
     def acked(self, channel: FrameChannel, upto: Any) -> None:
@@ -128,6 +145,7 @@ class Replicator:
                 follower.state = IN_SYNC
                 log.info("shard %s: follower on node %s is in sync at position %d", self.name,
                          follower.node, upto)
+                self._record_isr()
             return
         self._released()
 
@@ -142,17 +160,20 @@ class Replicator:
         upto = self._position()
         for follower in self.followers.values():
             if follower.pending:
-                follower.channel.send([0, "rec", [upto, follower.pending]])
+                follower.channel.send([0, "rec", [upto, follower.pending, self.epoch]])
                 follower.pending = []
                 follower.sent = upto
                 if follower.waiting_since is None:
                     follower.waiting_since = time.monotonic()
 
     def replicated(self) -> int:
-        """The position every in-sync follower holds durably (UNBOUNDED: none in sync)."""
+        """The position every in-sync follower holds durably (UNBOUNDED: none
+        in sync; -1 once deposed: nothing more is acknowledged)."""
+        if self.fenced:
+            return -1
         lowest = UNBOUNDED
         for follower in self.followers.values():
-            if follower.state == IN_SYNC and follower.acked < lowest:
+            if follower.state != CATCHING_UP and follower.acked < lowest:
                 lowest = follower.acked
         return lowest
 
@@ -176,15 +197,63 @@ class Replicator:
                     self._drop(follower, f"left events unacknowledged for over {self.lag_limit:g} s")
 
     def _drop(self, follower: Follower, why: str) -> None:
-        del self.followers[id(follower.channel)]
         was = follower.state
+        follower.channel.close()
+        if was == IN_SYNC and self.isr_store is not None:
+            # Still waited for until etcd's in-sync set no longer lists it:
+            # else it could be promoted without what is acknowledged now.
+            follower.state = LEAVING
+            follower.waiting_since = None
+            self.drops += 1
+            log.warning("shard %s: follower on node %s is leaving the in-sync set (%s)", self.name,
+                        follower.node, why)
+            self._record_isr()
+            return
+        del self.followers[id(follower.channel)]
         if was == IN_SYNC:
             self.drops += 1
             log.warning("shard %s: follower on node %s left the in-sync set (%s); acknowledging "
                         "with %d in-sync followers", self.name, follower.node, why, len(self.in_sync()))
+            self._released()
         else:
             log.info("shard %s: follower on node %s stopped catching up (%s)", self.name,
                      follower.node, why)
-        follower.channel.close()
-        if was == IN_SYNC:
-            self._released()
+
+    # ------------------------------------------------------ the in-sync set in etcd
+    def _record_isr(self) -> None:
+        """Write the in-sync set to etcd (one writer at a time; a change made
+        meanwhile is written right after)."""
+        if self.isr_store is None:
+            return
+        self._isr_dirty = True
+        if self._writer is None or self._writer.dead:
+            self._writer = gevent.spawn(self._write_isr)
+
+    def _write_isr(self) -> None:
+        store = self.isr_store
+        assert store is not None
+        pool = gevent.get_hub().threadpool
+        while self._isr_dirty and not self.fenced:
+            self._isr_dirty = False
+            members = self.in_sync()
+            leaving = [f for f in self.followers.values() if f.state == LEAVING]
+            try:
+                written = pool.apply(store, (members,))
+            except Exception as err:   # etcd unreachable: answers wait for the leaving ones
+                log.warning("shard %s: cannot record the in-sync set %s in etcd: %s; retrying",
+                            self.name, members, err)
+                self._isr_dirty = True
+                gevent.sleep(0.5)
+                continue
+            if not written:
+                self.fenced = True
+                log.error("shard %s is no longer its group's primary (epoch %d): it acknowledges "
+                          "nothing more", self.name, self.epoch)
+                return
+            for follower in leaving:
+                if self.followers.get(id(follower.channel)) is follower:
+                    del self.followers[id(follower.channel)]
+                    log.warning("shard %s: follower on node %s left the in-sync set; acknowledging "
+                                "with %d in-sync followers", self.name, follower.node, len(members))
+            if leaving:
+                self._released()

@@ -55,7 +55,7 @@ from ..net.handoff import HandoffChannel, handoff_path, listen_seqpacket
 from .stats import ShardStats
 from ..metrics.control import control_path, serve_control
 from .clustering import ShardInCluster
-from ..cluster.clusterfile import load_cluster
+from ..cluster.clusterfile import ClusterSpec, ShardSpec, load_cluster
 from ..net import linkauth
 from ..cluster.slots import MAX_SHARDS, from_ranges, slot_of
 from ..sharding import shard_for
@@ -757,6 +757,29 @@ def _released(cluster: ShardInCluster, move: OutgoingMove, reply: Reply) -> None
     cluster.released(move)
 
 
+def take_group(replicator: Replicator, spec: ClusterSpec, ordinal: int, node: str, copy: bool) -> None:
+    """A replicated cluster on etcd: say in the group's record that this node
+    is its primary, with no follower in sync yet, and take its epoch;
+    Deposed if another node is the primary."""
+    if spec.etcd is None:
+        return
+    from ..cluster.coordination import CoordinationError, Etcd   # etcd's client: only where it is used
+    from ..cluster.groups import isr_store, take_primary
+    etcd = Etcd(spec.etcd)
+    while True:
+        try:
+            epoch = take_primary(etcd, ordinal, node, copy)
+            break
+        except CoordinationError as err:
+            log.warning("shard %d: etcd does not answer (%s); waiting to take the group's record",
+                        ordinal, err)
+            time.sleep(1.0)
+    replicator.epoch = epoch
+    replicator.isr_store = isr_store(etcd, ordinal, node, epoch)
+    log.info("shard %d is its group's primary at epoch %d%s", ordinal, epoch,
+             " (serving its copy on this node)" if copy else "")
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     die_with_supervisor()   # first: a supervisor gone before we run must not leave us behind
     parser = argparse.ArgumentParser(prog="queueserver-shard")
@@ -778,6 +801,9 @@ def main(argv: Optional[List[str]] = None) -> None:
                         help="count nothing for /metrics (spares the per-event hooks)")
     parser.add_argument("--cluster", metavar="FILE", help="the cluster file (with --node)")
     parser.add_argument("--node", metavar="NAME", help="this shard's node in the cluster file")
+    parser.add_argument("--ordinal", type=int, metavar="N",
+                        help="serve the cluster's shard N from this node's copy of it (a follower "
+                             "promoted when N's primary failed), instead of --index of this node")
     parser.add_argument("--numbers", metavar="FILE",
                         help="the server's file of job number blocks (default: numbers of this "
                              "shard's residue class)")
@@ -797,7 +823,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     try:
         if args.cluster:
             spec = load_cluster(args.cluster)
-            me = spec.shards_of(args.node)[args.index]
+            if args.ordinal is not None:   # a copy taken over: served where this node serves copies
+                home = spec.shards()[args.ordinal]
+                me = ShardSpec(home.ordinal, home.node, home.index, *spec.address(args.node, home.ordinal))
+            else:
+                me = spec.shards_of(args.node)[args.index]
             cluster = ShardInCluster(spec, me, linkauth.load_secret(spec.secret_file))
         shard = Shard(args.index, args.socket, args.max_queues, args.queue_idle_timeout, args.shards,
                       args.direct_path, args.data_dir, args.fsync, args.fsync_interval,
@@ -809,7 +839,10 @@ def main(argv: Optional[List[str]] = None) -> None:
         if cluster is not None:
             shard.join_cluster()
             cluster.bind()
-    except (StoreError, ValueError, OSError) as err:   # a damaged or unusable log, a bad cluster file, secret or cert
+            if shard.durability is not None and shard.durability.replicator is not None:
+                take_group(shard.durability.replicator, cluster.spec, cluster.me.ordinal, args.node,
+                           args.ordinal is not None)
+    except (StoreError, ValueError, OSError) as err:   # (groups.Deposed is a ValueError)   # a damaged or unusable log, a bad cluster file, secret or cert
         log.error("shard %d cannot start: %s", args.index, err)
         with open(args.socket + ".refused", "w") as f:
             f.write(str(err))   # for the supervisor's one line

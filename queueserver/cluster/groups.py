@@ -1,0 +1,128 @@
+"""Each shard group's record in etcd: who is primary, at which epoch, who is in sync.
+
+``<prefix>/groups/<ordinal>`` holds, as JSON::
+
+    {"primary": "b", "epoch": 2, "isr": ["c"], "copy": true}
+
+``copy``: the primary serves from the copy it kept as a follower
+(``DATA/replicas/<ordinal>``) rather than its home shard's directory.
+
+Every write is a compare-and-swap on the key's modification revision, so of
+two nodes acting on one record, one wins and the other reads again. The
+rules that make failover safe live in who writes what:
+
+- the primary writes ``isr``: a follower is taken out *before* an answer is
+  released without it, so every node listed holds every acknowledged change;
+- a follower writes ``primary``/``epoch`` (promoting itself) only when the
+  primary's node has no lease and it is listed in ``isr``;
+- a primary whose write finds another primary or epoch is deposed: it
+  releases nothing more (fencing).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypedDict
+
+from etcd3gw.utils import _encode
+
+from .coordination import Etcd
+
+
+class Group(TypedDict):
+    primary: str
+    epoch: int
+    isr: List[str]
+    copy: bool
+
+
+#: (the record, its modification revision); (None, 0) when absent
+Read = Tuple[Optional[Group], int]
+
+
+def key(etcd: Etcd, ordinal: int) -> str:
+    return etcd.key("groups", str(ordinal))
+
+
+def read(etcd: Etcd, ordinal: int) -> Read:
+    found = etcd.call(lambda client: client.get(key(etcd, ordinal), metadata=True))
+    if not found:
+        return None, 0
+    value, meta = found[0]
+    record: Any = json.loads(value)
+    group = Group(primary=str(record["primary"]), epoch=int(record["epoch"]),
+                  isr=[str(n) for n in record.get("isr", [])], copy=bool(record.get("copy", False)))
+    return group, int(meta["mod_revision"])
+
+
+def read_all(etcd: Etcd) -> Dict[int, Group]:
+    prefix = etcd.key("groups", "")
+    found = etcd.call(lambda client: client.get_prefix(prefix))
+    groups: Dict[int, Group] = {}
+    for value, meta in found:
+        record: Any = json.loads(value)
+        ordinal = int(meta["key"].decode()[len(prefix):])
+        groups[ordinal] = Group(primary=str(record["primary"]), epoch=int(record["epoch"]),
+                                isr=[str(n) for n in record.get("isr", [])],
+                                copy=bool(record.get("copy", False)))
+    return groups
+
+
+def swap(etcd: Etcd, ordinal: int, revision: int, group: Group) -> bool:
+    """Write ``group`` if the record is still at ``revision`` (0: still absent)."""
+    name = _encode(key(etcd, ordinal))
+    compare: Dict[str, Any] = ({"key": name, "result": "EQUAL", "target": "CREATE", "create_revision": "0"}
+                               if revision == 0 else
+                               {"key": name, "result": "EQUAL", "target": "MOD", "mod_revision": str(revision)})
+    body = json.dumps(group, sort_keys=True)
+    txn = {"compare": [compare],
+           "success": [{"request_put": {"key": name, "value": _encode(body)}}],
+           "failure": []}
+    answer = etcd.call(lambda client: client.transaction(txn))
+    return bool(answer.get("succeeded", False))
+
+
+class Deposed(ValueError):
+    """Another node is the group's primary: this one must not serve it."""
+
+
+def take_primary(etcd: Etcd, ordinal: int, node: str, copy: bool) -> int:
+    """At a primary's start: the group's record says ``node`` is primary (made
+    so if there is none yet, epoch 1) and lists no follower in sync (each is
+    listed again once it caught up with this process's stream); its epoch.
+    Deposed if another node is the primary."""
+    while True:
+        group, revision = read(etcd, ordinal)
+        if group is None:
+            fresh = Group(primary=node, epoch=1, isr=[], copy=copy)
+            if swap(etcd, ordinal, 0, fresh):
+                return 1
+            continue
+        if group["primary"] != node:
+            raise Deposed(f"node {group['primary']} is the primary of shard {ordinal} (epoch "
+                          f"{group['epoch']})")
+        if swap(etcd, ordinal, revision, Group(primary=node, epoch=group["epoch"], isr=[], copy=group["copy"])):
+            return group["epoch"]
+
+
+def isr_store(etcd: Etcd, ordinal: int, node: str, epoch: int) -> Callable[[List[str]], bool]:
+    """What a primary records its in-sync followers with (see :mod:`.replication`)."""
+
+    def store(members: List[str]) -> bool:
+        while True:
+            group, revision = read(etcd, ordinal)
+            if group is None or group["primary"] != node or group["epoch"] != epoch:
+                return False
+            if swap(etcd, ordinal, revision, Group(primary=node, epoch=epoch, isr=sorted(members),
+                                                   copy=group["copy"])):
+                return True
+    return store
+
+
+def promote(etcd: Etcd, ordinal: int, node: str, alive: Callable[[str], bool]) -> Optional[Group]:
+    """Make ``node`` the group's primary if its primary's node has no lease
+    and ``node`` is in sync (one compare-and-swap); the new record, or None."""
+    group, revision = read(etcd, ordinal)
+    if group is None or group["primary"] == node or node not in group["isr"] or alive(group["primary"]):
+        return None
+    new = Group(primary=node, epoch=group["epoch"] + 1, isr=[], copy=True)
+    return new if swap(etcd, ordinal, revision, new) else None
