@@ -68,7 +68,8 @@ CONSOLE_JS = r"""
   }
 
   function refresh(el) {
-    if (document.hidden) return;
+    if (document.hidden || el.busy) return;   // one request at a time, none in a hidden tab
+    el.busy = true;
     var badge = document.getElementById("live-state");
     fetch(el.getAttribute("data-src"), {headers: {"Accept": "text/html"}, cache: "no-store"})
       .then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
@@ -79,7 +80,8 @@ CONSOLE_JS = r"""
       })
       .catch(function () {
         if (badge) { badge.classList.add("stale"); badge.textContent = "reconnecting"; }
-      });
+      })
+      .then(function () { el.busy = false; });
   }
 
   function rememberTokens() {
