@@ -1,26 +1,26 @@
-"""``report.html``: one self-contained page (charts as inline PNG, no external resources).
+"""``report.html``: one self-contained page, no external resource of any kind.
 
-Spark aggregates the series into at most a few hundred time buckets; the
-driver only draws them, with matplotlib's Agg canvas (no display, no
-pyplot state).
+The page reads from the top down: a headline (how many jobs, how they
+ended, over what time, and the queues that need a look), then the charts
+(:mod:`.charts` chooses and draws them; inline PNG ``data:`` URIs, see
+there why PNG), then the tables. Styles are in the page; it has no script.
+Long names never widen it: queue names are ellipsized (the full name in a
+``title``), wide tables scroll inside their own box, and free text wraps.
+
+Spark aggregates the series into at most :data:`MAX_POINTS` time buckets;
+the driver only draws them.
 """
 from __future__ import annotations
 
-import base64
 import html
-import io
-import math
 from datetime import datetime, timezone
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 
+from . import charts
+from .charts import Buckets, Chart
 from .state import MINUTE_US
 from .summary import OUTCOMES, QueueStats, Summary
 from .tables import PERCENTILES
@@ -28,8 +28,11 @@ from .tables import PERCENTILES
 BUCKETS = [(1, "minute"), (5, "5 minutes"), (15, "15 minutes"), (60, "hour"), (360, "6 hours"),
            (1440, "day"), (10080, "week")]
 MAX_POINTS = 240
-TOP_QUEUES = 8
+TOP_QUEUES = 12
+WORST_QUEUES = 5
 STUCK_ROWS = 100
+FLOW = ("added", "completed")
+BAD = ("failed", "dead", "expired")
 
 
 def bucket_for(first: int, last: int) -> Tuple[int, str]:
@@ -41,6 +44,13 @@ def bucket_for(first: int, last: int) -> Tuple[int, str]:
     return minutes * MINUTE_US, name
 
 
+def time_axis(first: int, last: int) -> Buckets:
+    """Every bucket from the one holding ``first`` to the one holding ``last``."""
+    width, name = bucket_for(first, last)
+    start = first - first % width
+    return Buckets(start, width, (last - last % width - start) // width + 1, name)
+
+
 def _bucket(name: str, width: int) -> Column:
     return (F.col(name) - F.pmod(name, F.lit(width))).alias("bucket")
 
@@ -49,119 +59,96 @@ def _when(us: int) -> datetime:
     return datetime.fromtimestamp(us / 1e6, timezone.utc)
 
 
-def _png(fig: Figure) -> str:
-    FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
-    return ('<img alt="chart" src="data:image/png;base64,'
-            + base64.b64encode(buf.getvalue()).decode("ascii") + '">')
-
-
-def _time_axis(ax: Axes, label: bool = True) -> None:
-    # matplotlib.dates is not annotated (no stub either): its classes' constructors are untyped
-    locator = AutoDateLocator(tz=timezone.utc)  # type: ignore[no-untyped-call]
-    ax.xaxis.set_major_locator(locator)
-    formatter = ConciseDateFormatter(locator, tz=timezone.utc)  # type: ignore[no-untyped-call]
-    ax.xaxis.set_major_formatter(formatter)
-    if label:
-        ax.set_xlabel("UTC")
-    ax.grid(True, alpha=0.3)
-
-
-def _buckets(first: int, last: int, width: int) -> List[int]:
-    """Every bucket from the one holding ``first`` to the one holding ``last``: a time without
-    events is drawn as 0 (counts) or a gap (percentiles), not bridged by a line."""
-    return list(range(first - first % width, last - last % width + 1, width))
-
-
 def _minute_series(minutes: DataFrame, width: int) -> List[Row]:
-    """Per queue and bucket: the sums the throughput and failure charts draw."""
-    kinds = ("added", "completed", "failed", "dead", "expired")
-    return (minutes.groupBy("queue", _bucket("minute", width))
-            .agg(*[F.sum(k).alias(k) for k in kinds]).orderBy("bucket").collect())
+    """Per bucket: the sums the throughput and failure charts draw, all queues."""
+    return (minutes.groupBy(_bucket("minute", width))
+            .agg(*[F.sum(k).alias(k) for k in FLOW + BAD]).orderBy("bucket").collect())
 
 
-def _throughput(rows: List[Row], buckets: List[int], label: str) -> str:
-    volume: Dict[str, int] = {}
-    for r in rows:
-        volume[r.queue] = volume.get(r.queue, 0) + r.added + r.completed
-    top = sorted(volume, key=lambda q: (-volume[q], q))[:TOP_QUEUES]
-    series: Dict[str, Dict[str, Dict[int, int]]] = {"added": {}, "completed": {}}
-    for r in rows:
-        queue = r.queue if r.queue in top else "(other queues)"
-        for kind in series:
-            points = series[kind].setdefault(queue, {})
-            points[r.bucket] = points.get(r.bucket, 0) + r[kind]
-    fig = Figure(figsize=(11, 6.5))
-    xs = [_when(b) for b in buckets]
-    for ax, kind in zip(fig.subplots(2, 1, sharex=True), series):
-        for queue, points in sorted(series[kind].items()):
-            ax.plot(xs, [points.get(b, 0) for b in buckets], label=queue)
-        ax.set_ylabel(f"{kind} per {label}")
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        _time_axis(ax, kind == "completed")
-    fig.axes[0].legend(loc="upper left", fontsize="small", ncols=3)
-    fig.axes[0].set_title("Throughput per queue")
-    return _png(fig)
-
-
-def _latency(jobs: DataFrame, buckets: List[int], width: int, label: str) -> str:
-    rows = (jobs.where(F.col("finished").isNotNull())
+def _percentile_series(jobs: DataFrame, width: int) -> List[Row]:
+    return (jobs.where(F.col("finished").isNotNull())
             .groupBy(_bucket("finished", width))
             .agg(F.percentile_approx("wait_seconds", list(PERCENTILES)).alias("wait"),
                  F.percentile_approx("run_seconds", list(PERCENTILES)).alias("run"))
             .orderBy("bucket").collect())
-    fig = Figure(figsize=(11, 6.5))
-    xs = [_when(b) for b in buckets]
-    for ax, kind in zip(fig.subplots(2, 1, sharex=True), ("wait", "run")):
-        values = {r.bucket: r[kind] for r in rows if r[kind] is not None}
-        for i, p in enumerate(PERCENTILES):
-            ys = [values[b][i] if b in values and values[b][i] is not None else math.nan
-                  for b in buckets]
-            ax.plot(xs, ys, marker=".", label=f"p{round(p * 100)}")
-        ax.set_ylabel(f"{kind} time (s)")
-        ax.legend(loc="upper left", fontsize="small")
-        _time_axis(ax, kind == "run")
-    fig.axes[0].set_title(f"Wait (added to first lease) and run (last lease to end) times, "
-                          f"all queues, jobs finished per {label}")
-    return _png(fig)
 
 
-def _failures(rows: List[Row], width: int, label: str) -> str:
-    kinds = ("failed", "dead", "expired")
-    totals: Dict[int, Dict[str, int]] = {}
-    for r in rows:
-        bucket = totals.setdefault(r.bucket, dict.fromkeys(kinds, 0))
-        for kind in kinds:
-            bucket[kind] += r[kind]
-    fig = Figure(figsize=(11, 3.5))
-    ax = fig.subplots()
-    xs = sorted(totals)
-    bottom = [0] * len(xs)
-    bar_width = width / MINUTE_US / 1440 * 0.9     # in days, as matplotlib's dates count
-    days = [_when(x) for x in xs]
-    for kind in kinds:
-        ys = [totals[x][kind] for x in xs]
-        # matplotlib's annotations take no datetimes for x; its date converter does (as for plot)
-        ax.bar(days, ys, width=bar_width, bottom=bottom, label=kind, align="edge")  # type: ignore[arg-type]
-        bottom = [b + y for b, y in zip(bottom, ys)]
-    ax.set_ylabel(f"jobs per {label}")
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_title("Failures (failed, dead) and expiries, all queues")
-    ax.legend(loc="upper left", fontsize="small")
-    _time_axis(ax)
-    return _png(fig)
+# ------------------------------------------------------------------ charts
+def flow_chart(rows: Sequence[Tuple[int, Mapping[str, int]]], buckets: Buckets) -> Chart:
+    series = charts.totals(rows, buckets, FLOW)
+    kind = "bar" if charts.chart_kind(buckets.count) == "bars" else "step"
+    return charts.counts_chart(
+        f"Jobs added and completed per {buckets.name}", buckets, series, "jobs",
+        f"All queues; each {kind} is one {buckets.name}, and one without jobs is a zero.")
 
 
+def failure_chart(rows: Sequence[Tuple[int, Mapping[str, int]]], buckets: Buckets) -> Chart:
+    series = charts.totals(rows, buckets, BAD)
+    return charts.counts_chart(
+        f"Failures and expiries per {buckets.name}", buckets, series, "jobs",
+        "All queues: jobs that failed for good, ran out of attempts (dead) or outlived "
+        "their TTL (expired), counted when they ended.")
+
+
+def times_chart(rows: Sequence[Row], buckets: Buckets) -> Chart:
+    index = {start: i for i, start in enumerate(buckets.starts())}
+    panels: Dict[str, Dict[str, List[Optional[float]]]] = {}
+    for kind, title in (("wait", "wait: added to first lease"), ("run", "run: last lease to end")):
+        series: Dict[str, List[Optional[float]]] = {
+            f"p{round(p * 100)}": [None] * buckets.count for p in PERCENTILES}
+        for r in rows:
+            i = index.get(r.bucket)
+            if i is None or r[kind] is None:
+                continue
+            for (name, ys), value in zip(series.items(), r[kind]):
+                ys[i] = value
+        panels[title] = series
+    return charts.times_chart(
+        "Wait and run times", buckets, panels,
+        f"p50, p95 and p99 of the jobs that finished in each {buckets.name}, all queues; "
+        f"a {buckets.name} in which none finished is left blank.")
+
+
+def queue_chart(queues: Sequence[QueueStats]) -> Chart:
+    ranked = sorted(queues, key=lambda q: (-q.jobs, q.queue))
+    kinds = OUTCOMES + ("unfinished",)
+    rows: List[Tuple[str, Mapping[str, int]]] = [
+        (q.queue, {k: q.outcomes[k] for k in kinds}) for q in ranked[:TOP_QUEUES]]
+    rest = ranked[TOP_QUEUES:]
+    if rest:
+        rows.append((f"({len(rest):,} other queues)",
+                     {k: sum(q.outcomes[k] for q in rest) for k in kinds}))
+    return charts.queues_chart(
+        "Jobs per queue, by outcome", rows,
+        f"The {min(TOP_QUEUES, len(ranked))} busiest of {len(ranked):,} queues"
+        + (", the others together" if rest else "") + "; every queue is in the table below.")
+
+
+def _figure(chart: Chart) -> str:
+    sub = f'<p class="sub">{html.escape(chart.subtitle)}</p>' if chart.subtitle else ""
+    return (f'<figure class="panel chart"><figcaption><h3>{html.escape(chart.title)}</h3>{sub}'
+            f'</figcaption><img alt="{html.escape(chart.alt)}" src="{chart.src}"></figure>')
+
+
+# ------------------------------------------------------------------ text and tables
 def _seconds(value: Optional[float]) -> str:
     return "" if value is None else f"{value:.3g}"
 
 
-def _table(head: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+def _name(text: str) -> str:
+    """A queue name in a table cell: one line, ellipsized by the page when too long."""
+    escaped = html.escape(text)
+    return f'<span class="name" title="{escaped}">{escaped}</span>'
+
+
+def _table(head: Sequence[str], rows: Iterable[Sequence[object]], names: Sequence[int] = (),
+           cls: str = "") -> str:
     cells = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
-                   for row in rows)
-    return f"<table><thead><tr>{cells}</tr></thead><tbody>{body}</tbody></table>"
+    body = "".join("<tr>" + "".join(
+        f"<td>{_name(str(c)) if i in names else html.escape(str(c))}</td>"
+        for i, c in enumerate(row)) + "</tr>" for row in rows)
+    table = f"<table{f' class={cls!r}' if cls else ''}><thead><tr>{cells}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="scroll">{table}</div>'
 
 
 def _queue_table(queues: List[QueueStats]) -> str:
@@ -169,7 +156,7 @@ def _queue_table(queues: List[QueueStats]) -> str:
             + [f"{k} p{round(p * 100)} (s)" for k in ("wait", "run") for p in PERCENTILES])
     return _table(head, ([q.queue, f"{q.jobs:,}"] + [f"{q.outcomes[o]:,}" for o in OUTCOMES]
                          + [f"{q.outcomes['unfinished']:,}", f"{q.stale:,}", f"{q.bad_share:.1%}"]
-                         + [_seconds(v) for v in q.wait + q.run] for q in queues))
+                         + [_seconds(v) for v in q.wait + q.run] for q in queues), names=[0])
 
 
 def _stuck_table(stuck: DataFrame, total: int) -> str:
@@ -180,19 +167,120 @@ def _stuck_table(stuck: DataFrame, total: int) -> str:
     table = _table(["reason", "queue", "id", "protocol", "added (UTC)", "last leased (UTC)",
                     "attempts", "requeues", "age (s)"],
                    ([r.reason, r.queue, r.id, r.protocol or "", utc(r.added), utc(r.last_leased),
-                     r.attempts, r.requeues, f"{r.age_seconds:,.0f}"] for r in rows))
+                     r.attempts, r.requeues, f"{r.age_seconds:,.0f}"] for r in rows), names=[1])
     more = (f"<p>The first {STUCK_ROWS} of {total:,}; all are in the <code>stuck</code> table.</p>"
             if total > STUCK_ROWS else "")
     return table + more
 
 
+def duration(seconds: float) -> str:
+    """A span in words: ``45 s``, ``2 min 5 s``, ``3 h 10 min``, ``2 d 4 h``."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min" + (f" {s % 60} s" if s % 60 else "")
+    if s < 86400:
+        return f"{s // 3600} h" + (f" {s % 3600 // 60} min" if s % 3600 // 60 else "")
+    return f"{s // 86400} d" + (f" {s % 86400 // 3600} h" if s % 86400 // 3600 else "")
+
+
+def _card(label: str, value: int, kind: str = "", of: int = 0) -> str:
+    share = f'<small>{value / of:.0%}</small>' if of and value else ""
+    return (f'<div class="card {kind}"><b>{value:,}</b><span>{html.escape(label)}</span>'
+            f'{share}</div>')
+
+
+def _headline(summary: Summary, generated: datetime) -> str:
+    outcomes = summary.outcomes
+    if summary.first_event is not None and summary.last_event is not None:
+        first, last = _when(summary.first_event), _when(summary.last_event)
+        same_day = first.date() == last.date()
+        span = (f"{first:%Y-%m-%d %H:%M:%S} to {last:%H:%M:%S}" if same_day
+                else f"{first:%Y-%m-%d %H:%M} to {last:%Y-%m-%d %H:%M}") + \
+            f" UTC ({duration((summary.last_event - summary.first_event) / 1e6)})"
+    else:
+        span = "no events yet"
+    jobs = summary.jobs
+    cards = [_card("jobs", jobs, "total"), _card("queues", len(summary.queues), "total")]
+    cards += [_card(o, outcomes[o], o, jobs) for o in OUTCOMES + ("unfinished",)
+              if outcomes[o] or o in ("completed", "failed", "unfinished")]
+    cards.append(_card("stuck", summary.stuck, "stuck"))
+    worst = summary.worst(WORST_QUEUES)
+    if worst:
+        rows = "".join(
+            f"<tr><td>{_name(q.queue)}</td><td>{q.bad_share:.1%}</td><td>{q.stale:,}</td>"
+            f"<td>{'' if q.wait[1] is None else charts.short_seconds(q.wait[1])}</td></tr>"
+            for q in worst)
+        attention = ('<div class="worst" id="worst-queues"><h2>Worst queues</h2>'
+                     '<table class="fixed"><colgroup><col class="q"><col><col><col></colgroup>'
+                     "<thead><tr><th>queue</th><th>failed, dead, expired</th><th>stale</th>"
+                     f"<th>wait p95</th></tr></thead><tbody>{rows}</tbody></table></div>")
+    else:
+        attention = ('<div class="worst" id="worst-queues"><h2>Worst queues</h2>'
+                     "<p>None: no queue has a failed, dead, expired or stale job.</p></div>")
+    return ('<header><h1>Job history</h1>'
+            f'<p class="span">{html.escape(span)}</p>'
+            f'<p class="meta">Generated {generated:%Y-%m-%d %H:%M:%S} UTC from '
+            f'<code>{html.escape(summary.out)}</code></p></header>'
+            f'<section class="headline"><div class="cards">{"".join(cards)}</div>{attention}'
+            "</section>")
+
+
 STYLE = """
-body { font-family: sans-serif; margin: 1.5em; color: #222; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: right; }
-th { background: #f0f0f0; } td:first-child, th:first-child { text-align: left; }
-pre { background: #f7f7f7; padding: 0.8em; }
-img { max-width: 100%; display: block; margin: 0.5em 0 1.5em; }
+:root { --ink: #1d2733; --muted: #5d6b7b; --line: #e2e7ee; --bg: #f4f6f9; }
+* { box-sizing: border-box; }
+body { margin: 0; background: var(--bg); color: var(--ink);
+       font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Noto Sans", sans-serif; }
+main { max-width: 1180px; margin: 0 auto; padding: 28px 24px 56px; }
+h1 { font-size: 1.75em; margin: 0; letter-spacing: -0.01em; }
+h2 { font-size: 1.2em; margin: 2em 0 0.6em; }
+h3 { font-size: 1.02em; margin: 0; }
+header .span { font-size: 1.1em; margin: 0.2em 0 0; }
+.meta, .sub, .note { color: var(--muted); }
+.meta { font-size: 0.85em; margin: 0.3em 0 0; overflow-wrap: anywhere; }
+.sub { font-size: 0.88em; margin: 0.2em 0 0.6em; }
+code { font-size: 0.92em; }
+.headline { display: grid; grid-template-columns: minmax(0, 3fr) minmax(0, 2fr); gap: 18px;
+            margin-top: 20px; align-items: start; }
+@media (max-width: 900px) { .headline { grid-template-columns: minmax(0, 1fr); } }
+.cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(118px, 1fr)); gap: 10px; }
+.card { background: #fff; border: 1px solid var(--line); border-top: 4px solid #9aa5b1;
+        border-radius: 8px; padding: 8px 12px 10px; min-width: 0; }
+.card b { display: block; font-size: 1.55em; font-weight: 650; font-variant-numeric: tabular-nums; }
+.card span { color: var(--muted); font-size: 0.85em; }
+.card small { color: var(--muted); font-size: 0.8em; margin-left: 0.4em; }
+.card.total { border-top-color: #1d2733; } .card.completed { border-top-color: #54a24b; }
+.card.failed { border-top-color: #e45756; } .card.dead { border-top-color: #b279a2; }
+.card.expired { border-top-color: #f58518; } .card.deleted { border-top-color: #9d9da1; }
+.card.taken { border-top-color: #72b7b2; } .card.unfinished { border-top-color: #eeca3b; }
+.card.stuck { border-top-color: #d62728; }
+.worst, .panel { background: #fff; border: 1px solid var(--line); border-radius: 10px; min-width: 0; }
+.worst { padding: 12px 16px; }
+.worst h2 { margin: 0 0 0.4em; font-size: 1.02em; }
+.worst p { margin: 0; color: var(--muted); }
+.panel { padding: 16px 18px; margin: 16px 0; }
+figure { margin: 16px 0; }
+figure img { display: block; width: 100%; max-width: 100%; height: auto; }
+.scroll { overflow-x: auto; max-width: 100%; background: #fff; border: 1px solid var(--line);
+          border-radius: 10px; }
+table { border-collapse: collapse; font-size: 0.86em; font-variant-numeric: tabular-nums; }
+.scroll table { min-width: 100%; }
+th, td { padding: 0.4em 0.7em; text-align: right; border-bottom: 1px solid var(--line);
+         white-space: nowrap; }
+th { background: #f8f9fb; color: var(--muted); font-weight: 600; }
+td:first-child, th:first-child { text-align: left; }
+tbody tr:last-child td { border-bottom: none; }
+tbody tr:hover td { background: #f8fafc; }
+table.fixed { table-layout: fixed; width: 100%; }
+table.fixed col.q { width: 46%; }
+table.fixed th { white-space: normal; overflow-wrap: anywhere; }
+.name { display: inline-block; max-width: 24em; overflow: hidden; text-overflow: ellipsis;
+        white-space: nowrap; vertical-align: bottom; }
+table.fixed .name { max-width: 100%; }
+details { margin-top: 2em; color: var(--muted); }
+pre { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 0.8em;
+      white-space: pre-wrap; overflow-wrap: anywhere; font-size: 0.85em; }
 """
 
 
@@ -200,28 +288,33 @@ def render(summary: Summary, jobs: DataFrame, minutes: DataFrame, stuck: DataFra
            generated: datetime) -> str:
     """The report page. ``jobs`` is the job view, ``minutes`` the minute view (outcomes
     counted per job) and ``stuck`` the stuck view (times in µs)."""
-    parts = [f"<h1>queueserver job history</h1><p>Generated {generated:%Y-%m-%d %H:%M:%S} UTC "
-             f"from {html.escape(summary.out)}.</p>",
-             f"<pre>{html.escape(summary.format())}</pre>",
-             "<h2>Queues</h2>", _queue_table(summary.queues)]
+    parts = [_headline(summary, generated)]
     if summary.first_event is not None and summary.last_event is not None:
-        width, label = bucket_for(summary.first_event, summary.last_event)
-        series = _minute_series(minutes, width)
-        buckets = _buckets(summary.first_event, summary.last_event, width)
-        parts += ["<h2>Throughput</h2>", _throughput(series, buckets, label),
-                  "<h2>Wait and run times</h2>", _latency(jobs, buckets, width, label),
-                  "<h2>Failures and expiries</h2>", _failures(series, width, label)]
+        buckets = time_axis(summary.first_event, summary.last_event)
+        counts = [(r.bucket, r.asDict()) for r in _minute_series(minutes, buckets.width)]
+        parts += ["<h2>Over time</h2>", _figure(flow_chart(counts, buckets))]
+        if any(c[k] for _, c in counts for k in BAD):
+            parts.append(_figure(failure_chart(counts, buckets)))
+        else:
+            parts.append('<p class="note">No job failed, died or expired.</p>')
+        parts += [_figure(times_chart(_percentile_series(jobs, buckets.width), buckets)),
+                  "<h2>Queues</h2>", _figure(queue_chart(summary.queues))]
     else:
-        parts.append("<p>No events yet.</p>")
-    parts += [f"<h2>Stuck jobs ({summary.stuck:,})</h2>",
-              f"<p>Failed and dead jobs, and jobs unfinished for more than {summary.stale_after:g} s "
-              "before the newest event.</p>", _stuck_table(stuck, summary.stuck),
+        parts += ["<h2>Queues</h2>", '<p class="note">No events yet.</p>']
+    parts += ["<h2>Every queue</h2>", _queue_table(summary.queues),
+              f"<h2>Stuck jobs ({summary.stuck:,})</h2>",
+              f'<p class="note">Failed and dead jobs, and jobs unfinished for more than '
+              f"{summary.stale_after:g} s before the newest event.</p>",
+              _stuck_table(stuck, summary.stuck),
               "<h2>Rejected records</h2>",
               _table(["kind", "records"],
                      [["malformed lines", f"{summary.malformed:,}"]]
                      + [[f"unknown schema version {v}", f"{n:,}"]
                         for v, n in sorted(summary.unknown_versions.items())]
-                     + [["files ending in a partial line (waiting)", f"{summary.partial_lines:,}"]])]
+                     + [["files ending in a partial line (waiting)", f"{summary.partial_lines:,}"]]),
+              "<details><summary>The summary as the command printed it</summary>"
+              f"<pre>{html.escape(summary.format())}</pre></details>"]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>queueserver job history</title><style>{STYLE}</style></head>"
-            "<body>" + "\n".join(parts) + "</body></html>\n")
+            "<body><main>" + "\n".join(parts) + "</main></body></html>\n")
