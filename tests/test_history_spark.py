@@ -316,12 +316,12 @@ def test_report_is_one_self_contained_file(full):
     images = re.findall(r'<img [^>]*src="([^"]+)"', page)
     outside = re.sub(r'src="data:image/png;base64,[A-Za-z0-9+/=]+"', "", page)
     assert not re.search(r"https?:|//[a-z]|<link|<script|@import|src=", outside, re.I)
-    assert len(images) == 3
+    assert len(images) == 4      # jobs, failures, wait and run times, queues
     for src in images:
         assert src.startswith("data:image/png;base64,")
         assert base64.b64decode(src.split(",", 1)[1]).startswith(b"\x89PNG\r\n\x1a\n")
     for queue in QUEUES:
-        assert f"<td>{queue}</td>" in page
+        assert f'<td><span class="name" title="{queue}">{queue}</span></td>' in page
     assert f"Stuck jobs ({summary.stuck})" in page and "worst queues: " in page
 
 

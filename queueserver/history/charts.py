@@ -38,8 +38,9 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from statistics import median
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import ContextManager, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from matplotlib import rc_context
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -57,6 +58,8 @@ LOG_HEADROOM = 2.5
 LABELLED_BARS = 36
 #: Queue names in charts are cut to this many characters (an ellipsis ends them).
 NAME_CHARS = 32
+#: Text a little larger than matplotlib's default (10 pt): the image is shown scaled down.
+FONT_SIZE = 11.5
 WIDTH_IN, DPI = 11.0, 144   # 1584 px wide, shown at up to 1100 CSS px: sharp on a 2x screen
 
 COLORS = {"added": "#4c78a8", "leased": "#72b7b2", "completed": "#54a24b", "failed": "#e45756",
@@ -214,6 +217,11 @@ class Chart:
     plan: Optional[Plan] = None
 
 
+def _fonts() -> ContextManager[None]:
+    """matplotlib's settings while one chart is drawn (its global ones are left alone)."""
+    return rc_context({"font.size": FONT_SIZE, "font.family": "DejaVu Sans"})
+
+
 def _figure(height: float, columns: int = 1) -> Tuple[Figure, List[Axes]]:
     fig = Figure(figsize=(WIDTH_IN, height), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
@@ -264,75 +272,115 @@ def _scale_note(plan: Plan, what: str) -> str:
 
 
 def counts_chart(title: str, buckets: Buckets, series: Mapping[str, Sequence[int]],
-                 unit: str, subtitle: str = "") -> Chart:
+                 unit: str, subtitle: str = "", stacked: bool = False) -> Chart:
     """Counts per bucket, one series per name (each ``buckets.count`` long, zeros included):
-    grouped bars or steps, linear or symlog (see :func:`plan_counts`)."""
-    plan = plan_counts(series)
-    fig, (ax,) = _figure(3.3)
+    bars or steps, linear or symlog (see :func:`plan_counts`). ``stacked``: the series are
+    parts of one whole, drawn on top of each other while the scale is linear (on a log scale
+    a band's height would mean nothing, so they are drawn side by side there too)."""
+    plan = plan_counts({"all": [sum(v) for v in zip(*series.values())]} if stacked else series)
+    stack = stacked and not plan.log
     names = list(series)
-    if plan.kind == "bars":
-        width = 0.8 / max(1, len(names))
-        for k, name in enumerate(names):
-            xs = [i + 0.1 + k * width for i in range(buckets.count)]
-            bars = ax.bar(xs, list(series[name]), width=width * 0.92, align="edge",
-                          color=color(name, k), label=name)
-            if buckets.count * len(names) <= LABELLED_BARS:
-                ax.bar_label(bars, labels=[short_count(v) if v else "" for v in series[name]],
-                             padding=2, fontsize="x-small", color="#333")
-    else:
-        edges = list(range(buckets.count + 1))
-        for k, name in enumerate(names):
-            ax.stairs(list(series[name]), edges, baseline=0, color=color(name, k), label=name,
-                      linewidth=1.3, fill=k == 0 and len(names) == 1, alpha=1.0)
-    _count_axis(ax, plan)
-    _time_axis(ax, buckets, centred=plan.kind == "bars")
-    ax.set_ylabel(f"{unit} per {buckets.name}" + (" (log)" if plan.log else ""),
-                  fontsize="small", color="#555")
-    if len(names) > 1:
-        fig.legend(loc="outside upper right", ncols=len(names), frameon=False, fontsize="small")
+    with _fonts():
+        fig, (ax,) = _figure(3.3)
+        base = [0] * buckets.count
+        if plan.kind == "bars":
+            width = 0.8 if stack else 0.8 / max(1, len(names))
+            for k, name in enumerate(names):
+                ys = list(series[name])
+                xs = [i + 0.1 + (0 if stack else k * width) for i in range(buckets.count)]
+                bars = ax.bar(xs, ys, width=width * 0.92, align="edge", bottom=base if stack else 0,
+                              color=color(name, k), label=name if any(ys) else None)
+                if buckets.count * len(names) <= LABELLED_BARS and not stack:
+                    ax.bar_label(bars, labels=[short_count(v) if v else "" for v in ys],
+                                 padding=2, fontsize="x-small", color="#333")
+                if stack:
+                    base = [b + y for b, y in zip(base, ys)]
+            if stack and buckets.count <= LABELLED_BARS:   # the total on top of each stack
+                for i, total in enumerate(base):
+                    if total:
+                        ax.annotate(short_count(total), (i + 0.5, total), xytext=(0, 2),
+                                    textcoords="offset points", ha="center", va="bottom",
+                                    fontsize="x-small", color="#333")
+        else:
+            edges = list(range(buckets.count + 1))
+            for k, name in enumerate(names):
+                ys = list(series[name])
+                label = name if any(ys) else None
+                if stack:
+                    top = [b + y for b, y in zip(base, ys)]
+                    ax.stairs(top, edges, baseline=base, fill=True, color=color(name, k),
+                              label=label, linewidth=0)
+                    base = top
+                else:
+                    ax.stairs(ys, edges, baseline=0, color=color(name, k), label=label,
+                              linewidth=1.3)
+        _count_axis(ax, plan)
+        _time_axis(ax, buckets, centred=plan.kind == "bars")
+        ax.set_ylabel(f"{unit} per {buckets.name}" + (" (log)" if plan.log else ""),
+                      fontsize="small", color="#555")
+        if len(names) > 1 or stacked:
+            fig.legend(loc="outside upper right", ncols=len(names), frameon=False,
+                       fontsize="small")
+        src = png(fig)
     words = " ".join(part for part in (subtitle, _scale_note(plan, buckets.name)) if part)
     alt = f"{title}: " + ", ".join(f"{n} {sum(series[n]):,}" for n in names)
-    return Chart(title, words, png(fig), alt, plan)
+    return Chart(title, words, src, alt, plan)
+
+
+#: Ticks of a log axis of seconds: round durations.
+TIME_TICKS = (1e-6, 1e-5, 1e-4, 1e-3, 0.01, 0.1, 1, 10, 60, 600, 3600, 36000, 86400)
 
 
 def times_chart(title: str, buckets: Buckets,
                 panels: Mapping[str, Mapping[str, Sequence[Optional[float]]]],
-                subtitle: str = "") -> Chart:
+                subtitle: str = "", titles: Optional[Mapping[str, str]] = None) -> Chart:
     """Times (seconds) per bucket, one panel per mapping entry (e.g. wait, run), one series per
-    percentile: each bucket's value a flat run over its interval, buckets without one left blank.
-    Each panel is linear or log on its own (see :func:`plan_times`)."""
-    fig, axes = _figure(3.3, len(panels))
+    percentile: each bucket's value a flat run over its interval, buckets without one left blank
+    (with few buckets, a separate run and a dot per bucket; with many, steps). Each panel is
+    linear or log on its own (see :func:`plan_times`); ``titles`` names the panels."""
     notes = []
-    for ax, (panel, series) in zip(axes, panels.items()):
-        plan = plan_times(series)
-        edges = list(range(buckets.count + 1))
-        for k, (name, ys) in enumerate(series.items()):
-            values = [math.nan if v is None else v for v in ys]
-            ax.stairs(values, edges, baseline=None, color=color(name, k), label=name, linewidth=1.6)
-            if plan.kind == "bars":   # few buckets: a dot in the middle of each run
-                ax.plot([i + 0.5 for i in range(buckets.count)], values, linestyle="none",
-                        marker="o", markersize=3.5, color=color(name, k))
-        if plan.log:
-            ax.set_yscale("log")
-            present = [v for ys in series.values() for v in ys if v is not None and v > 0]
-            ax.set_ylim(min(present) / 1.5, plan.top)
-            notes.append(f"{panel} times on a log scale (their highest is "
-                         f"{plan.spread:,.0f}× their median)")
-        else:
-            ax.set_ylim(0, plan.top)
-            ax.yaxis.set_major_locator(MaxNLocator(nbins=5))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, pos: short_seconds(v)))
-        ax.set_title(panel, fontsize="medium", loc="left", color="#333")
-        _time_axis(ax, buckets, centred=plan.kind == "bars")
-    names = list(next(iter(panels.values()), {}))
-    if names:
-        axes[0].legend(loc="upper left", ncols=len(names), frameon=False, fontsize="small")
-        for ax in axes:   # room for the legend above the highest value
-            low, high = ax.get_ylim()
-            ax.set_ylim(low, high * (1.6 if ax.get_yscale() == "log" else 1.12))
-    words = " ".join([subtitle] + ([notes[0][0].upper() + "; ".join(notes)[1:] + "."]
-                                   if notes else []))
-    return Chart(title, words.strip(), png(fig), title)
+    with _fonts():
+        fig, axes = _figure(3.3, len(panels))
+        for ax, (panel, series) in zip(axes, panels.items()):
+            plan = plan_times(series)
+            edges = list(range(buckets.count + 1))
+            for k, (name, ys) in enumerate(series.items()):
+                values = [math.nan if v is None else v for v in ys]
+                # the last (p99) dashed: where it equals p95 both stay visible
+                tint, dashes = color(name, k), (0, (3, 2)) if k == len(series) - 1 and k else "solid"
+                if plan.kind == "bars":   # few buckets: a separate run and a dot per bucket
+                    ax.hlines(values, [i + 0.08 for i in range(buckets.count)],
+                              [i + 0.92 for i in range(buckets.count)], label=name, color=tint,
+                              linewidth=1.6, linestyle=dashes)
+                    ax.plot([i + 0.5 for i in range(buckets.count)], values, linestyle="none",
+                            marker="o", markersize=4, color=tint)
+                else:
+                    ax.stairs(values, edges, baseline=None, label=name, color=tint,
+                              linewidth=1.4, linestyle=dashes)
+            if plan.log:
+                present = [v for ys in series.values() for v in ys if v is not None and v > 0]
+                low, high = min(present) / 2, plan.top * 2
+                ax.set_yscale("log")
+                ax.set_ylim(low, high)
+                ax.yaxis.set_major_locator(FixedLocator([t for t in TIME_TICKS if low <= t <= high]))
+                ax.yaxis.set_minor_locator(NullLocator())
+                notes.append(panel)
+            else:
+                ax.set_ylim(0, plan.top * 1.12)    # room for the legend too
+                ax.yaxis.set_major_locator(MaxNLocator(nbins=5))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, pos: short_seconds(v)))
+            ax.set_title((titles or {}).get(panel, panel), fontsize="medium", loc="left",
+                         color="#333")
+            _time_axis(ax, buckets, centred=plan.kind == "bars")
+        names = list(next(iter(panels.values()), {}))
+        if names:
+            fig.legend(*axes[0].get_legend_handles_labels(), loc="outside upper right",
+                       ncols=len(names), frameon=False, fontsize="small")
+        src = png(fig)
+    if notes:
+        subtitle += (f" Log scale for {' and '.join(notes)} times: the highest is more than "
+                     f"{LOG_SPREAD:g}× the median.")
+    return Chart(title, subtitle.strip(), src, title)
 
 
 def queues_chart(title: str, rows: Sequence[Tuple[str, Mapping[str, int]]],
@@ -342,7 +390,19 @@ def queues_chart(title: str, rows: Sequence[Tuple[str, Mapping[str, int]]],
     outcomes: List[str] = []
     for _, counts in rows:
         outcomes += [o for o, n in counts.items() if n and o not in outcomes]
-    fig, (ax,) = _figure(0.9 + 0.3 * max(1, len(rows)))
+    with _fonts():
+        fig, (ax,) = _figure(0.9 + 0.3 * max(1, len(rows)))
+        _queue_bars(ax, rows, outcomes)
+        if outcomes:
+            fig.legend(loc="outside upper right", ncols=min(len(outcomes), 7), frameon=False,
+                       fontsize="small")
+        src = png(fig)
+    alt = f"{title}: " + ", ".join(f"{name} {sum(c.values()):,}" for name, c in rows)
+    return Chart(title, subtitle, src, alt)
+
+
+def _queue_bars(ax: Axes, rows: Sequence[Tuple[str, Mapping[str, int]]],
+                outcomes: Sequence[str]) -> None:
     names = [ellipsize(name) for name, _ in rows]
     ys = list(range(len(rows)))[::-1]
     left = [0] * len(rows)
@@ -362,11 +422,6 @@ def queues_chart(title: str, rows: Sequence[Tuple[str, Mapping[str, int]]],
     ax.grid(True, axis="x", color="#e4e4e4", linewidth=0.8)
     ax.set_ylim(-0.6, len(rows) - 0.4)
     ax.set_xlabel("jobs", fontsize="small", color="#555")
-    if outcomes:
-        fig.legend(loc="outside upper right", ncols=min(len(outcomes), 7), frameon=False,
-                   fontsize="small")
-    alt = f"{title}: " + ", ".join(f"{name} {sum(c.values()):,}" for name, c in rows)
-    return Chart(title, subtitle, png(fig), alt)
 
 
 def totals(rows: Sequence[Tuple[int, Mapping[str, int]]], buckets: Buckets,

@@ -33,6 +33,7 @@ WORST_QUEUES = 5
 STUCK_ROWS = 100
 FLOW = ("added", "completed")
 BAD = ("failed", "dead", "expired")
+TIMES = {"wait": "wait: added to first lease", "run": "run: last lease to end"}
 
 
 def bucket_for(first: int, last: int) -> Tuple[int, str]:
@@ -87,13 +88,13 @@ def failure_chart(rows: Sequence[Tuple[int, Mapping[str, int]]], buckets: Bucket
     return charts.counts_chart(
         f"Failures and expiries per {buckets.name}", buckets, series, "jobs",
         "All queues: jobs that failed for good, ran out of attempts (dead) or outlived "
-        "their TTL (expired), counted when they ended.")
+        "their TTL (expired), counted when they ended.", stacked=True)
 
 
 def times_chart(rows: Sequence[Row], buckets: Buckets) -> Chart:
     index = {start: i for i, start in enumerate(buckets.starts())}
     panels: Dict[str, Dict[str, List[Optional[float]]]] = {}
-    for kind, title in (("wait", "wait: added to first lease"), ("run", "run: last lease to end")):
+    for kind in TIMES:
         series: Dict[str, List[Optional[float]]] = {
             f"p{round(p * 100)}": [None] * buckets.count for p in PERCENTILES}
         for r in rows:
@@ -102,11 +103,11 @@ def times_chart(rows: Sequence[Row], buckets: Buckets) -> Chart:
                 continue
             for (name, ys), value in zip(series.items(), r[kind]):
                 ys[i] = value
-        panels[title] = series
+        panels[kind] = series
     return charts.times_chart(
         "Wait and run times", buckets, panels,
         f"p50, p95 and p99 of the jobs that finished in each {buckets.name}, all queues; "
-        f"a {buckets.name} in which none finished is left blank.")
+        f"a {buckets.name} in which none finished is left blank.", titles=TIMES)
 
 
 def queue_chart(queues: Sequence[QueueStats]) -> Chart:
@@ -142,13 +143,13 @@ def _name(text: str) -> str:
 
 
 def _table(head: Sequence[str], rows: Iterable[Sequence[object]], names: Sequence[int] = (),
-           cls: str = "") -> str:
+           box: str = "scroll") -> str:
     cells = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(
         f"<td>{_name(str(c)) if i in names else html.escape(str(c))}</td>"
         for i, c in enumerate(row)) + "</tr>" for row in rows)
-    table = f"<table{f' class={cls!r}' if cls else ''}><thead><tr>{cells}</tr></thead><tbody>{body}</tbody></table>"
-    return f'<div class="scroll">{table}</div>'
+    return (f'<div class="{box}"><table><thead><tr>{cells}</tr></thead>'
+            f"<tbody>{body}</tbody></table></div>")
 
 
 def _queue_table(queues: List[QueueStats]) -> str:
@@ -156,7 +157,8 @@ def _queue_table(queues: List[QueueStats]) -> str:
             + [f"{k} p{round(p * 100)} (s)" for k in ("wait", "run") for p in PERCENTILES])
     return _table(head, ([q.queue, f"{q.jobs:,}"] + [f"{q.outcomes[o]:,}" for o in OUTCOMES]
                          + [f"{q.outcomes['unfinished']:,}", f"{q.stale:,}", f"{q.bad_share:.1%}"]
-                         + [_seconds(v) for v in q.wait + q.run] for q in queues), names=[0])
+                         + [_seconds(v) for v in q.wait + q.run]
+                         for q in sorted(queues, key=lambda q: (-q.jobs, q.queue))), names=[0])
 
 
 def _stuck_table(stuck: DataFrame, total: int) -> str:
@@ -167,7 +169,8 @@ def _stuck_table(stuck: DataFrame, total: int) -> str:
     table = _table(["reason", "queue", "id", "protocol", "added (UTC)", "last leased (UTC)",
                     "attempts", "requeues", "age (s)"],
                    ([r.reason, r.queue, r.id, r.protocol or "", utc(r.added), utc(r.last_leased),
-                     r.attempts, r.requeues, f"{r.age_seconds:,.0f}"] for r in rows), names=[1])
+                     r.attempts, r.requeues, f"{r.age_seconds:,.0f}"] for r in rows), names=[1],
+                   box="scroll tall")
     more = (f"<p>The first {STUCK_ROWS} of {total:,}; all are in the <code>stuck</code> table.</p>"
             if total > STUCK_ROWS else "")
     return table + more
@@ -214,8 +217,10 @@ def _headline(summary: Summary, generated: datetime) -> str:
             for q in worst)
         attention = ('<div class="worst" id="worst-queues"><h2>Worst queues</h2>'
                      '<table class="fixed"><colgroup><col class="q"><col><col><col></colgroup>'
-                     "<thead><tr><th>queue</th><th>failed, dead, expired</th><th>stale</th>"
-                     f"<th>wait p95</th></tr></thead><tbody>{rows}</tbody></table></div>")
+                     "<thead><tr><th>queue</th><th>bad</th><th>stale</th>"
+                     f"<th>wait p95</th></tr></thead><tbody>{rows}</tbody></table>"
+                     '<p class="foot">bad: failed, dead or expired, of the finished jobs; stale: '
+                     f"unfinished for more than {summary.stale_after:g} s.</p></div>")
     else:
         attention = ('<div class="worst" id="worst-queues"><h2>Worst queues</h2>'
                      "<p>None: no queue has a failed, dead, expired or stale job.</p></div>")
@@ -259,6 +264,7 @@ code { font-size: 0.92em; }
 .worst { padding: 12px 16px; }
 .worst h2 { margin: 0 0 0.4em; font-size: 1.02em; }
 .worst p { margin: 0; color: var(--muted); }
+.worst p.foot { font-size: 0.8em; margin-top: 0.5em; }
 .panel { padding: 16px 18px; margin: 16px 0; }
 figure { margin: 16px 0; }
 figure img { display: block; width: 100%; max-width: 100%; height: auto; }
@@ -266,6 +272,8 @@ figure img { display: block; width: 100%; max-width: 100%; height: auto; }
           border-radius: 10px; }
 table { border-collapse: collapse; font-size: 0.86em; font-variant-numeric: tabular-nums; }
 .scroll table { min-width: 100%; }
+.scroll.tall { max-height: 32em; overflow-y: auto; }
+.scroll.tall th { position: sticky; top: 0; }
 th, td { padding: 0.4em 0.7em; text-align: right; border-bottom: 1px solid var(--line);
          white-space: nowrap; }
 th { background: #f8f9fb; color: var(--muted); font-weight: 600; }
@@ -273,7 +281,7 @@ td:first-child, th:first-child { text-align: left; }
 tbody tr:last-child td { border-bottom: none; }
 tbody tr:hover td { background: #f8fafc; }
 table.fixed { table-layout: fixed; width: 100%; }
-table.fixed col.q { width: 46%; }
+table.fixed col.q { width: 52%; }
 table.fixed th { white-space: normal; overflow-wrap: anywhere; }
 .name { display: inline-block; max-width: 24em; overflow: hidden; text-overflow: ellipsis;
         white-space: nowrap; vertical-align: bottom; }

@@ -1,0 +1,136 @@
+"""The report's chart choices (queueserver/history/charts.py) on plain lists, without Spark:
+bars or steps, linear or log, the headroom above the tallest bar, and names that fit."""
+from __future__ import annotations
+
+import base64
+import math
+
+import pytest
+
+from queueserver.history import charts
+from queueserver.history.charts import (BARS_UP_TO, Buckets, chart_kind, ellipsize, headroom,
+                                        needs_log, nice_ceiling, plan_counts, plan_times, spread,
+                                        tick_positions)
+
+MINUTE = 60_000_000
+T0 = 1_767_261_600 * 1_000_000      # 2026-01-01 10:00:00 UTC
+
+
+def test_few_buckets_are_bars_and_many_are_steps():
+    assert chart_kind(1) == chart_kind(2) == chart_kind(BARS_UP_TO) == "bars"
+    assert chart_kind(BARS_UP_TO + 1) == chart_kind(240) == "steps"
+    assert plan_counts({"added": [4, 7], "completed": [3, 6]}).kind == "bars"
+    assert plan_counts({"added": [1] * 180}).kind == "steps"
+
+
+@pytest.mark.parametrize("values, log", [
+    ([5, 6, 7, 5, 6], False),                      # steady
+    ([0, 0, 0, 5, 0, 0, 6], False),                # zeros are not traffic: no spread from them
+    ([5] * 50 + [2500], True),                     # a burst: 500× the usual minute
+    ([5] * 50 + [100], False),                     # 20×: still linear (the rule is "above 20")
+    ([5] * 50 + [101], True),
+    ([], False), ([0, 0, 0], False), ([7], False),
+])
+def test_a_log_scale_when_the_busiest_bucket_dwarfs_the_median(values, log):
+    assert needs_log(values) is log
+    assert plan_counts({"s": values}).log is log
+
+
+def test_spread_is_the_maximum_over_the_median_of_nonzero_values():
+    assert spread([0, 2, 4, 0, 100]) == 25.0
+    assert spread([None, math.nan, 3.0]) == 1.0
+    assert spread([]) == 1.0
+
+
+def test_the_log_decision_looks_at_every_series_of_the_chart():
+    steady = [5] * 60
+    assert not plan_counts({"added": steady, "completed": steady}).log
+    assert plan_counts({"added": steady[:-1] + [3000], "completed": steady}).log
+
+
+def test_times_ignore_blank_buckets():
+    plan = plan_times({"p50": [None, 0.01, None, 0.012], "p99": [None, 0.02, None, 5.0]})
+    assert plan.log and plan.kind == "bars" and plan.top > 5.0
+    flat = plan_times({"p50": [None, 1.0, 1.2]})
+    assert not flat.log and 1.2 * 1.1 <= flat.top
+
+
+@pytest.mark.parametrize("peak", [1, 2, 3, 7, 9, 10, 19, 20, 99, 100, 101, 1234, 2500, 99_999])
+def test_bars_have_headroom_to_a_round_number(peak):
+    top = headroom(peak)
+    assert top >= peak * 1.1 and top > peak
+    assert top <= max(peak * 1.6, peak + 2)          # room, not a half-empty chart
+    assert top == nice_ceiling(top)                  # a round number: a tick can sit there
+    log_top = headroom(peak, log=True)
+    assert log_top > peak * 2
+
+
+def test_headroom_of_nothing_and_of_small_counts():
+    assert headroom(0) == 1.0
+    assert headroom(1) == 2.0
+    assert headroom(0.004, integers=False) > 0.004
+
+
+def test_nice_ceiling_rounds_up_to_a_round_step():
+    assert [nice_ceiling(v) for v in (0.9, 8.8, 11, 23, 77, 110, 2750)] == [
+        1.0, 10.0, 12.5, 25.0, 80.0, 125.0, 3000.0]
+
+
+def test_long_names_are_ellipsized():
+    assert ellipsize("emails") == "emails"
+    long = "billing." * 20
+    cut = ellipsize(long, 32)
+    assert len(cut) == 32 and cut.endswith("…") and long.startswith(cut[:-1])
+
+
+def test_ticks_fit_and_fall_on_round_buckets():
+    assert tick_positions(3) == [0, 1, 2]
+    for count in (10, 41, 180, 240):
+        ticks = tick_positions(count)
+        assert 2 <= len(ticks) <= 9 and ticks[0] == 0 and ticks[-1] < count
+        assert len({b - a for a, b in zip(ticks, ticks[1:])}) == 1
+
+
+def test_bucket_labels_show_the_date_where_it_changes():
+    axis = Buckets(T0 + 14 * 60 * MINUTE - 2 * MINUTE, MINUTE, 4, "minute")   # 23:58 .. 00:01
+    assert [axis.label(i, i - 1 if i else None) for i in range(4)] == [
+        "23:58\nJan 01", "23:59", "00:00\nJan 02", "00:01"]
+
+
+def test_totals_are_zero_where_nothing_happened():
+    axis = Buckets(T0, MINUTE, 4, "minute")
+    rows = [(T0, {"added": 3}), (T0 + 3 * MINUTE, {"added": 1, "completed": 2}),
+            (T0 + 3 * MINUTE, {"added": 1})]
+    assert charts.totals(rows, axis, ["added", "completed"]) == {
+        "added": [3, 0, 0, 2], "completed": [0, 0, 0, 2]}
+
+
+def png_size(src: str) -> tuple:
+    data = base64.b64decode(src.split(",", 1)[1])
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_charts_are_drawn_as_planned():
+    two = Buckets(T0, MINUTE, 2, "minute")
+    chart = charts.counts_chart("Jobs", two, {"added": [4, 7], "completed": [3, 6]}, "jobs")
+    assert chart.plan is not None and (chart.plan.kind, chart.plan.log) == ("bars", False)
+    assert "Log scale" not in chart.subtitle
+    width, height = png_size(chart.src)
+    assert width == round(charts.WIDTH_IN * charts.DPI) and 300 < height < 700
+
+    many = Buckets(T0, MINUTE, 180, "minute")
+    burst = [5] * 180
+    burst[120] = 2500
+    chart = charts.counts_chart("Jobs", many, {"added": burst}, "jobs")
+    assert chart.plan is not None and (chart.plan.kind, chart.plan.log) == ("steps", True)
+    assert "Log scale" in chart.subtitle and "500×" in chart.subtitle
+
+    three = Buckets(T0, MINUTE, 3, "minute")
+    times = charts.times_chart("Times", three,
+                               {"wait": {"p50": [0.01, None, 0.012], "p99": [0.02, None, 5.0]},
+                                "run": {"p50": [1.0, 1.1, None], "p99": [1.2, 1.3, None]}})
+    assert "log scale for wait times" in times.subtitle.lower() and "run" not in times.subtitle
+    queues = charts.queues_chart("Queues", [("x" * 200, {"completed": 5, "failed": 1}),
+                                            ("short", {"completed": 2})])
+    assert png_size(queues.src)[0] == round(charts.WIDTH_IN * charts.DPI)
