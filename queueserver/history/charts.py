@@ -59,8 +59,8 @@ LABELLED_BARS = 36
 #: Queue names in charts are cut to this many characters (an ellipsis ends them).
 NAME_CHARS = 32
 #: Text a little larger than matplotlib's default (10 pt): the image is shown scaled down.
-FONT_SIZE = 11.5
-WIDTH_IN, DPI = 11.0, 144   # 1584 px wide, shown at up to 1100 CSS px: sharp on a 2x screen
+FONT_SIZE = 11
+WIDTH_IN, DPI = 10.0, 144   # 1440 px wide, shown at up to 1100 CSS px: sharp on a 2x screen
 
 COLORS = {"added": "#4c78a8", "leased": "#72b7b2", "completed": "#54a24b", "failed": "#e45756",
           "dead": "#b279a2", "expired": "#f58518", "deleted": "#9d9da1", "taken": "#72b7b2",
@@ -281,7 +281,7 @@ def counts_chart(title: str, buckets: Buckets, series: Mapping[str, Sequence[int
     stack = stacked and not plan.log
     names = list(series)
     with _fonts():
-        fig, (ax,) = _figure(3.3)
+        fig, (ax,) = _figure(3.1)
         base = [0] * buckets.count
         if plan.kind == "bars":
             width = 0.8 if stack else 0.8 / max(1, len(names))
@@ -340,7 +340,7 @@ def times_chart(title: str, buckets: Buckets,
     linear or log on its own (see :func:`plan_times`); ``titles`` names the panels."""
     notes = []
     with _fonts():
-        fig, axes = _figure(3.3, len(panels))
+        fig, axes = _figure(3.1, len(panels))
         for ax, (panel, series) in zip(axes, panels.items()):
             plan = plan_times(series)
             edges = list(range(buckets.count + 1))

@@ -143,10 +143,17 @@ def _name(text: str) -> str:
 
 
 def _table(head: Sequence[str], rows: Iterable[Sequence[object]], names: Sequence[int] = (),
-           box: str = "scroll") -> str:
-    cells = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+           text: Sequence[int] = (0,), box: str = "scroll") -> str:
+    """A table in its own scrolling box; columns ``names`` hold queue names, ``text`` and
+    ``names`` are aligned left (the others are numbers: right)."""
+    left = set(names) | set(text)
+
+    def tag(i: int) -> str:
+        return ' class="l"' if i in left else ""
+
+    cells = "".join(f"<th{tag(i)}>{html.escape(h)}</th>" for i, h in enumerate(head))
     body = "".join("<tr>" + "".join(
-        f"<td>{_name(str(c)) if i in names else html.escape(str(c))}</td>"
+        f"<td{tag(i)}>{_name(str(c)) if i in names else html.escape(str(c))}</td>"
         for i, c in enumerate(row)) + "</tr>" for row in rows)
     return (f'<div class="{box}"><table><thead><tr>{cells}</tr></thead>'
             f"<tbody>{body}</tbody></table></div>")
@@ -170,7 +177,7 @@ def _stuck_table(stuck: DataFrame, total: int) -> str:
                     "attempts", "requeues", "age (s)"],
                    ([r.reason, r.queue, r.id, r.protocol or "", utc(r.added), utc(r.last_leased),
                      r.attempts, r.requeues, f"{r.age_seconds:,.0f}"] for r in rows), names=[1],
-                   box="scroll tall")
+                   text=[0, 2, 3], box="scroll tall")
     more = (f"<p>The first {STUCK_ROWS} of {total:,}; all are in the <code>stuck</code> table.</p>"
             if total > STUCK_ROWS else "")
     return table + more
@@ -277,7 +284,7 @@ table { border-collapse: collapse; font-size: 0.86em; font-variant-numeric: tabu
 th, td { padding: 0.4em 0.7em; text-align: right; border-bottom: 1px solid var(--line);
          white-space: nowrap; }
 th { background: #f8f9fb; color: var(--muted); font-weight: 600; }
-td:first-child, th:first-child { text-align: left; }
+th.l, td.l, table.fixed td:first-child, table.fixed th:first-child { text-align: left; }
 tbody tr:last-child td { border-bottom: none; }
 tbody tr:hover td { background: #f8fafc; }
 table.fixed { table-layout: fixed; width: 100%; }
