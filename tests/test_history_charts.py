@@ -134,3 +134,13 @@ def test_charts_are_drawn_as_planned():
     queues = charts.queues_chart("Queues", [("x" * 200, {"completed": 5, "failed": 1}),
                                             ("short", {"completed": 2})])
     assert png_size(queues.src)[0] == round(charts.WIDTH_IN * charts.DPI)
+
+
+def test_the_queue_heat_map_turns_logarithmic_for_a_burst():
+    axis = Buckets(T0, MINUTE, 180, "minute")
+    steady = [("q1", [3] * 180), ("x" * 150, [0] * 90 + [2] * 90)]
+    assert "Log colour" not in charts.heatmap_chart("Added", axis, steady, "jobs").subtitle
+    burst = steady + [("burst", [0] * 120 + [2500] + [0] * 59)]
+    chart = charts.heatmap_chart("Added", axis, burst, "jobs")
+    assert "Log colour scale" in chart.subtitle
+    assert png_size(chart.src)[0] == round(charts.WIDTH_IN * charts.DPI)

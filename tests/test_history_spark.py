@@ -316,7 +316,7 @@ def test_report_is_one_self_contained_file(full):
     images = re.findall(r'<img [^>]*src="([^"]+)"', page)
     outside = re.sub(r'src="data:image/png;base64,[A-Za-z0-9+/=]+"', "", page)
     assert not re.search(r"https?:|//[a-z]|<link|<script|@import|src=", outside, re.I)
-    assert len(images) == 4      # jobs, failures, wait and run times, queues
+    assert len(images) == 5      # jobs, failures, wait and run times, queues, queues over time
     for src in images:
         assert src.startswith("data:image/png;base64,")
         assert base64.b64decode(src.split(",", 1)[1]).startswith(b"\x89PNG\r\n\x1a\n")

@@ -43,6 +43,7 @@ from typing import ContextManager, Dict, List, Mapping, Optional, Sequence, Tupl
 from matplotlib import rc_context
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import LinearSegmentedColormap, LogNorm, Normalize
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator
 
@@ -65,6 +66,8 @@ WIDTH_IN, DPI = 10.0, 144   # 1440 px wide, shown at up to 1100 CSS px: sharp on
 COLORS = {"added": "#4c78a8", "leased": "#72b7b2", "completed": "#54a24b", "failed": "#e45756",
           "dead": "#b279a2", "expired": "#f58518", "deleted": "#9d9da1", "taken": "#72b7b2",
           "unfinished": "#eeca3b", "p50": "#4c78a8", "p95": "#f58518", "p99": "#e45756"}
+#: Heat map colours: the faintest still told apart from an empty (white) cell.
+HEAT = LinearSegmentedColormap.from_list("load", ["#d4eec9", "#7fcdbb", "#2c7fb8", "#0b1f5c"])
 FALLBACK = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2",
             "#ff9da6", "#9d755d", "#bab0ac")
 
@@ -422,6 +425,47 @@ def _queue_bars(ax: Axes, rows: Sequence[Tuple[str, Mapping[str, int]]],
     ax.grid(True, axis="x", color="#e4e4e4", linewidth=0.8)
     ax.set_ylim(-0.6, len(rows) - 0.4)
     ax.set_xlabel("jobs", fontsize="small", color="#555")
+
+
+def heatmap_chart(title: str, buckets: Buckets, rows: Sequence[Tuple[str, Sequence[int]]],
+                  unit: str, subtitle: str = "") -> Chart:
+    """One row per queue (in the order given, first on top), one cell per bucket, its colour the
+    count; an empty cell stays white. Queues of very different sizes share one chart without
+    the small ones vanishing: each is a row of its own, and the colour scale is logarithmic
+    when the busiest cell is more than :data:`LOG_SPREAD` times the median non-empty one."""
+    values = [v for _, ys in rows for v in ys]
+    log = needs_log(values)
+    peak = max(values, default=0)
+    with _fonts():
+        fig, (ax,) = _figure(max(2.0, 1.0 + 0.28 * len(rows)))
+        grid = [[math.nan if not v else float(v) for v in ys] for _, ys in rows]
+        norm = LogNorm(vmin=1, vmax=max(peak, 2)) if log else Normalize(vmin=0, vmax=max(peak, 1))
+        mesh = ax.pcolormesh(list(range(buckets.count + 1)), list(range(len(rows) + 1)),
+                             grid[::-1] if grid else [[math.nan] * buckets.count],
+                             cmap=HEAT, norm=norm, shading="flat")
+        ax.set_yticks([i + 0.5 for i in range(len(rows))][::-1],
+                      [ellipsize(name) for name, _ in rows])
+        ax.tick_params(axis="y", length=0)
+        ax.grid(False)
+        for side in ("left", "bottom"):
+            ax.spines[side].set_visible(False)
+        _time_axis(ax, buckets, centred=chart_kind(buckets.count) == "bars")
+        bar = fig.colorbar(mesh, ax=ax, pad=0.01, fraction=0.03, aspect=15)
+        bar.ax.set_title(unit, fontsize="x-small", color="#555", loc="left")
+        if log:
+            bar.ax.yaxis.set_major_locator(FixedLocator(
+                [10.0 ** k for k in range(0, int(math.log10(max(peak, 2))) + 1)]))
+            bar.ax.yaxis.set_minor_locator(NullLocator())
+        else:
+            bar.ax.yaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))
+        bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, pos: short_count(v)))
+        bar.ax.tick_params(labelsize="x-small")
+        bar.outline.set_visible(False)
+        src = png(fig)
+    note = (f" Log colour scale: the busiest cell is {spread(values):,.0f}× the median one."
+            if log else "")
+    alt = f"{title}: " + ", ".join(f"{name} {sum(ys):,}" for name, ys in rows)
+    return Chart(title, (subtitle + note).strip(), src, alt)
 
 
 def totals(rows: Sequence[Tuple[int, Mapping[str, int]]], buckets: Buckets,

@@ -61,8 +61,8 @@ def _when(us: int) -> datetime:
 
 
 def _minute_series(minutes: DataFrame, width: int) -> List[Row]:
-    """Per bucket: the sums the throughput and failure charts draw, all queues."""
-    return (minutes.groupBy(_bucket("minute", width))
+    """Per queue and bucket: the sums the throughput, failure and queue charts draw."""
+    return (minutes.groupBy("queue", _bucket("minute", width))
             .agg(*[F.sum(k).alias(k) for k in FLOW + BAD]).orderBy("bucket").collect())
 
 
@@ -123,6 +123,23 @@ def queue_chart(queues: Sequence[QueueStats]) -> Chart:
         "Jobs per queue, by outcome", rows,
         f"The {min(TOP_QUEUES, len(ranked))} busiest of {len(ranked):,} queues"
         + (", the others together" if rest else "") + "; every queue is in the table below.")
+
+
+def queue_time_chart(rows: Sequence[Row], buckets: Buckets) -> Chart:
+    """Jobs added per queue and bucket, the busiest queues (by jobs added) only."""
+    index = {start: i for i, start in enumerate(buckets.starts())}
+    added: Dict[str, List[int]] = {}
+    for r in rows:
+        i = index.get(r.bucket)
+        if i is not None and r.added:
+            added.setdefault(r.queue, [0] * buckets.count)[i] += r.added
+    ranked = sorted(added, key=lambda q: (-sum(added[q]), q))
+    shown = [(q, added[q]) for q in ranked[:TOP_QUEUES]]
+    return charts.heatmap_chart(
+        f"Jobs added per queue and {buckets.name}", buckets, shown, "jobs",
+        f"The {len(shown)} queues with the most jobs added"
+        + (f" (of {len(ranked):,})" if len(ranked) > len(shown) else "")
+        + f"; a white cell is a {buckets.name} without any.")
 
 
 def _figure(chart: Chart) -> str:
@@ -306,14 +323,16 @@ def render(summary: Summary, jobs: DataFrame, minutes: DataFrame, stuck: DataFra
     parts = [_headline(summary, generated)]
     if summary.first_event is not None and summary.last_event is not None:
         buckets = time_axis(summary.first_event, summary.last_event)
-        counts = [(r.bucket, r.asDict()) for r in _minute_series(minutes, buckets.width)]
+        series = _minute_series(minutes, buckets.width)
+        counts = [(r.bucket, r.asDict()) for r in series]
         parts += ["<h2>Over time</h2>", _figure(flow_chart(counts, buckets))]
         if any(c[k] for _, c in counts for k in BAD):
             parts.append(_figure(failure_chart(counts, buckets)))
         else:
             parts.append('<p class="note">No job failed, died or expired.</p>')
         parts += [_figure(times_chart(_percentile_series(jobs, buckets.width), buckets)),
-                  "<h2>Queues</h2>", _figure(queue_chart(summary.queues))]
+                  "<h2>Queues</h2>", _figure(queue_chart(summary.queues)),
+                  _figure(queue_time_chart(series, buckets))]
     else:
         parts += ["<h2>Queues</h2>", '<p class="note">No events yet.</p>']
     parts += ["<h2>Every queue</h2>", _queue_table(summary.queues),
