@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from serverproc import ServerProcess, http_get, run_cli, wait_for
 
@@ -67,6 +67,8 @@ class Nodes:
         self.protocols = list(protocols) if protocols is not None else None
         self.extra = list(extra)
         self.procs: Dict[str, ServerProcess] = {}
+        #: node -> what runs in its server's process before it starts (e.g. setting a fault's variable)
+        self.preexec: Dict[str, Callable[[], None]] = {}
         self.host = {name: HOSTS[i] for i, name in enumerate(self.names)}
         lines = ['secret_file = "cluster.secret"']
         if tls:
@@ -95,6 +97,7 @@ class Nodes:
             if proc is None:
                 proc = self.procs[name] = ServerProcess(
                     shards=self.shards[name], protocols=self.protocols, host=self.listening(name),
+                    preexec=self.preexec.get(name),
                     extra=["--cluster", str(self.file), "--node", name,
                            "--data-dir", str(self.root / f"data-{name}"), *self.extra])
             proc.start()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from pathlib import Path
-from typing import List, Set
+from typing import TYPE_CHECKING, List, Optional, Set
 
 from cluster_nodes import Nodes, ensure_loopback_aliases
 from etcd_server import EtcdServer, etcd  # noqa: F401 (the fixture)
@@ -14,6 +14,9 @@ from queueserver.client import Client
 from queueserver.client.client import WorkqError
 from queueserver.cluster.slots import initial_owners, slot_of
 from serverproc import wait_for
+
+if TYPE_CHECKING:
+    from crash_history import History
 
 
 def names_on(ordinal: int, count: int, founders: int = 3) -> List[str]:
@@ -83,3 +86,141 @@ def test_a_killed_primary_is_replaced_by_its_follower_with_no_acknowledged_job_l
         assert not lost, f"{len(lost)} acknowledged jobs lost"
         print(f"failover in {taken_over:.1f} s")
         assert taken_over < 10
+
+
+def served_again(nodes: Nodes, via: str, name: str, since: float, limit: float = 30.0,
+                 history: "Optional[History]" = None) -> float:
+    """Seconds from ``since`` until an add to ``name`` through node ``via`` is
+    acknowledged (each probe a job of ``history``, if given)."""
+    with Client(*nodes.address(via), timeout=5) as client:
+        while time.monotonic() - since < limit:
+            token = f"probe-{uuid.uuid4().hex[:8]}"
+            try:
+                if history is not None:
+                    history.note("attempted", token)
+                client.add(str(uuid.uuid4()), name, token.encode(), 60_000, 600_000)
+                if history is not None:
+                    history.note("acked", token)
+                return time.monotonic() - since
+            except (WorkqError, OSError):
+                time.sleep(0.05)
+    raise AssertionError(f"{name} was not served again within {limit:.0f} s")
+
+
+def test_faults_under_load_over_workq_and_takeanumber_lose_no_acknowledged_job(
+        tmp_path: Path, etcd: EtcdServer) -> None:
+    """Jepsen-style: producers over workq and takeanumber and workq workers
+    run through node c while node a (primary of shard 0, follower of shard
+    2) is killed with SIGKILL, comes back as a follower, has its follower
+    killed, and comes back with its data directory wiped; then the queues
+    are drained and the history checked."""
+    import shutil
+
+    from crash_history import History, Load, drain
+
+    with replicated(tmp_path, etcd) as nodes:
+        nodes.protocols = ["workq", "takeanumber"]
+        nodes.start()
+        in_sync(nodes, nodes.names, 3)
+        queues = [names_on(ordinal, 1)[0] for ordinal in range(3)]
+        history = History()
+        load = Load(history, lambda: nodes.procs["c"].ports, queues, host=nodes.host["c"]).start()
+        try:
+            time.sleep(1.0)
+            # 1. the primary of shard 0 dies: b, its follower, takes over
+            nodes.kill("a")
+            failover = served_again(nodes, "c", queues[0], time.monotonic(), history=history)
+            assert "is its primary now" in nodes.log("b")
+            time.sleep(0.5)
+            # 2. it comes back: a follower of its own shard now, in sync again
+            nodes.start("a", linked=False)
+            wait_for(lambda: "0: follower" in nodes.log("a"), 30, "a to plan itself a follower of shard 0")
+            wait_for(lambda: nodes.log("b").count("follower on node a is in sync") >= 1, 30,
+                     "a to follow shard 0 at b")
+            time.sleep(0.5)
+            # 3. a follower dies: the primaries go on without it
+            nodes.kill("a")
+            time.sleep(1.5)
+            served_again(nodes, "c", queues[2], time.monotonic(), history=history)
+            # 4. it comes back with nothing: its copies are made again from the primaries
+            shutil.rmtree(tmp_path / "data-a")
+            nodes.start("a", linked=False)
+            wait_for(lambda: nodes.log("b").count("follower on node a is in sync") >= 2, 30,
+                     "a, wiped, to follow shard 0 again")
+            time.sleep(1.0)
+        finally:
+            load.stop()
+        # Leases of jobs without a TTR (takeanumber's, leased over workq) end
+        # with their process: kill -9 every node and start them all again,
+        # as the single-node crash test does; etcd says who is primary where.
+        for name in nodes.names:
+            nodes.kill(name)
+        for name in nodes.names:
+            nodes.start(name, linked=False)
+        for name in queues:
+            served_again(nodes, "c", name, time.monotonic(), 60, history)
+        host, port = nodes.address("c")
+        verdict = history.check(drain(port, queues, host=host))
+        print(f"failover {failover:.1f} s; {verdict.summary()}")
+        assert verdict.acknowledged > 50, verdict.summary()
+        assert not verdict.lost, verdict.summary()
+        assert not verdict.unexpected, verdict.summary()
+        assert not verdict.resurrected, verdict.summary()
+        assert failover < 10
+        assert "Traceback" not in "".join(nodes.log(n) for n in nodes.names)
+
+
+def test_a_primary_cut_off_stops_acknowledging_and_its_follower_takes_over(
+        tmp_path: Path, etcd: EtcdServer) -> None:
+    """Node a (primary of shard 0) loses etcd and the other nodes while its
+    own clients still reach it (the links' fault injection, QS_FAULT_CUT_OFF:
+    no root or network namespaces needed): nothing it acknowledges after
+    that is lost, because it acknowledges nothing without its follower and
+    stops its primaries before its lease can lapse; b takes shard 0 over;
+    once healed, a follows. Producers run through c, workers through a."""
+    import os
+
+    from crash_history import History, Load, drain
+
+    cut = tmp_path / "cut-a"
+    with replicated(tmp_path, etcd) as nodes:
+        nodes.preexec["a"] = lambda: os.environ.__setitem__("QS_FAULT_CUT_OFF", str(cut))
+        nodes.protocols = ["workq", "takeanumber"]
+        nodes.start()
+        in_sync(nodes, nodes.names, 3)
+        queues = [names_on(ordinal, 1)[0] for ordinal in range(3)]
+        history = History()
+        # producers through c, workers through a (one Load: its tokens are unique)
+        loads = [Load(history, lambda: nodes.procs["c"].ports, queues, host=nodes.host["c"],
+                      workers_at=lambda: (nodes.host["a"], nodes.procs["a"].ports)).start()]
+        try:
+            time.sleep(1.0)
+            cut.touch()
+            cut_at = time.monotonic()
+            wait_for(lambda: "this node's primaries stop" in nodes.log("a"), 10, "a to fence itself")
+            failover = served_again(nodes, "c", queues[0], cut_at, history=history)
+            wait_for(lambda: "is its primary now" in nodes.log("b"), 5, "b to be shard 0's primary")
+            time.sleep(1.0)
+            cut.unlink()
+            wait_for(lambda: "etcd lease back" in nodes.log("a"), 20, "a to see etcd again")
+            wait_for(lambda: nodes.log("b").count("follower on node a is in sync") >= 1, 30,
+                     "a to follow shard 0 at b")
+            time.sleep(0.5)
+        finally:
+            for load in loads:
+                load.stop()
+        for name in nodes.names:
+            nodes.kill(name)
+        for name in nodes.names:
+            nodes.start(name, linked=False)
+        for name in queues:
+            served_again(nodes, "c", name, time.monotonic(), 60, history)
+        host, port = nodes.address("c")
+        verdict = history.check(drain(port, queues, host=host))
+        print(f"failover {failover:.1f} s; {verdict.summary()}")
+        assert verdict.acknowledged > 50, verdict.summary()
+        assert not verdict.lost, verdict.summary()
+        assert not verdict.unexpected, verdict.summary()
+        assert not verdict.resurrected, verdict.summary()
+        assert failover < 10
+        assert "Traceback" not in "".join(nodes.log(n) for n in nodes.names)

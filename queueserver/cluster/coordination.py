@@ -39,6 +39,7 @@ from etcd3gw.exceptions import Etcd3Exception
 from etcd3gw.lease import Lease
 from requests.exceptions import RequestException
 
+from ..net import faults
 from .clusterfile import EtcdSpec
 
 log = logging.getLogger("queueserver.cluster")
@@ -71,6 +72,8 @@ class Etcd:
 
     def call(self, what: Callable[[etcd3gw.Etcd3Client], Result]) -> Result:
         """``what(client)`` on the first endpoint that answers; CoordinationError if none does."""
+        if faults.cut_off():
+            raise CoordinationError("no etcd endpoint answered (cut off by fault injection)")
         failures = []
         with self._lock:
             start = self._current

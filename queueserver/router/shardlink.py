@@ -25,7 +25,7 @@ from gevent import socket
 from ..engine.status import SERVER_ERROR, Reply
 from ..net.channel import FrameChannel
 from ..net.handoff import Gone, HandoffChannel, Move, connect_seqpacket, handoff_path
-from ..net import linkauth
+from ..net import faults, linkauth
 
 log = logging.getLogger("queueserver.router")
 
@@ -88,6 +88,13 @@ class ShardLink:
         self._on_up = on_up
         self._refusal_logged = False   # a failed TCP link is logged once until it works again
         self._greenlet = gevent.spawn(self._run) if self.path is not None else None
+        if faults.CUT_OFF_FILE is not None and any(isinstance(p, tuple) for p in self.paths):
+            gevent.spawn(faults.watch, self._cut)
+
+    def _cut(self) -> None:
+        """Fault injection: a link over TCP goes down while this node is cut off."""
+        if self.channel is not None and isinstance(self.path, tuple):
+            self.channel.close()
 
     @property
     def local(self) -> bool:
@@ -147,6 +154,9 @@ class ShardLink:
             return sock
         # Over TCP (a link with no address never connects), with the cluster's credentials.
         assert path is not None and self._auth is not None
+        if faults.cut_off():
+            gevent.sleep(REFUSED_DELAY)
+            return None
         secret, tls = self._auth
         try:
             sock = socket.create_connection(path, timeout=LINK_TIMEOUT)

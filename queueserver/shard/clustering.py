@@ -27,7 +27,7 @@ from ..cluster.slots import SLOTS, initial_owners, slot_of, to_ranges
 from ..engine import Engine
 from ..engine.ownership import MOVING, SERVING, OutgoingMove
 from ..engine.status import MOVED, SERVER_ERROR, Reply
-from ..net import linkauth
+from ..net import faults, linkauth
 
 log = logging.getLogger("queueserver.shard")
 
@@ -45,6 +45,8 @@ class ShardInCluster:
     def __init__(self, spec: ClusterSpec, me: ShardSpec, secret: bytes) -> None:
         self.spec = spec
         self.me = me
+        #: the node this process runs on (``me.node``, unless it serves a copy it took over)
+        self.node = me.node
         self.secret = secret
         self.tls = (linkauth.server_context(spec.tls.cert, spec.tls.key, spec.tls.ca)
                     if spec.tls is not None else None)
@@ -103,6 +105,9 @@ class ShardInCluster:
             gevent.spawn(self._admit, sock, f"{peer[0]}:{peer[1]}", serve_channel)
 
     def _admit(self, sock: socket.socket, peer: str, serve_channel: Callable[[socket.socket], None]) -> None:
+        if faults.cut_off():   # fault injection: nothing from other nodes gets through
+            sock.close()
+            return
         self._handshakes += 1
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -32,7 +32,7 @@ from gevent import socket
 from ..cluster.clusterfile import MAX_SHARDS, ClusterSpec, ShardSpec, load_cluster
 from ..engine import Engine
 from ..lifecycle import die_with_supervisor, settle_gc, setup_logging, stop_event
-from ..net import linkauth
+from ..net import faults, linkauth
 from ..net.channel import FrameChannel
 from ..store import StoreError
 from .durability import Durability
@@ -147,9 +147,12 @@ class Follower:
         mine = spec.address(node, primary.ordinal)
         self.addresses = [a for a in spec.candidates(primary.ordinal) if a != mine]
         self._at = 0
+        self._channel: Optional[FrameChannel] = None
         self.epoch = 0   # the highest epoch a stream came with: older ones are refused
 
     def run(self) -> None:
+        if faults.CUT_OFF_FILE is not None:
+            gevent.spawn(faults.watch, self._cut)
         failures = 0
         while True:
             host, port = self.addresses[self._at]
@@ -169,12 +172,18 @@ class Follower:
             raise ValueError(f"a stream of epoch {epoch}, older than {self.epoch}: a deposed primary")
         self.epoch = epoch
 
+    def _cut(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+
     def _stream(self, host: str, port: int) -> None:
+        if faults.cut_off():
+            raise faults.CutOff()
         sock = socket.create_connection((host, port), timeout=5.0)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock = linkauth.connect_link(sock, self.secret, self.tls)
         sock.settimeout(None)
-        channel = FrameChannel(sock)
+        channel = self._channel = FrameChannel(sock)
         copy = self.copy
         channel.send([0, "replicate", [self.node]])
 

@@ -25,7 +25,7 @@ import gevent
 
 from ..cluster.slots import slot_of
 from ..engine.status import CLIENT_ERROR, MOVED, NOT_FOUND, OK, SERVER_ERROR, Reply
-from ..router.shardlink import Address, Auth, ShardLink
+from ..router.shardlink import Address, Auth, Places, ShardLink
 from ..router.slotmap import SlotMap
 from ..sharding import shard_for
 
@@ -51,7 +51,7 @@ class Peers:
     """Links from shard ``index`` to every other shard of ``addresses``;
     ``slots``: in a cluster, the map of which shard serves each slot."""
 
-    def __init__(self, index: int, addresses: Sequence[Address], on_up: Callable[[int], None],
+    def __init__(self, index: int, addresses: Sequence[Places], on_up: Callable[[int], None],
                  local: Local, auth: Optional[Auth] = None,
                  slots: Optional[SlotMap] = None, grow: Callable[[], None] = lambda: None) -> None:
         self.index = index
@@ -70,7 +70,7 @@ class Peers:
         #: shard -> requests waiting for its link to come up (at start, or after it restarted)
         self._waiting: Dict[int, List[Callable[[], object]]] = {}
 
-    def add(self, ordinal: int, address: Address) -> None:
+    def add(self, ordinal: int, address: Places) -> None:
         """A link to shard ``ordinal`` (none to itself, nor to one with no address)."""
         if ordinal != self.index and address is not None and ordinal not in self.links:
             self.links[ordinal] = ShardLink(ordinal, address, self._event, self._down, self._up,

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import time
 from itertools import islice
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import gevent
 
@@ -237,11 +237,10 @@ class Replicator:
             self._isr_dirty = False
             members = self.in_sync()
             leaving = [f for f in self.followers.values() if f.state == LEAVING]
-            try:
-                written = pool.apply(store, (members,))
-            except Exception as err:   # etcd unreachable: answers wait for the leaving ones
+            written, error = pool.apply(_calling, (store, members))
+            if error is not None:   # etcd unreachable: answers wait for the leaving ones
                 log.warning("shard %s: cannot record the in-sync set %s in etcd: %s; retrying",
-                            self.name, members, err)
+                            self.name, members, error)
                 self._isr_dirty = True
                 gevent.sleep(0.5)
                 continue
@@ -257,3 +256,12 @@ class Replicator:
                                 "with %d in-sync followers", self.name, follower.node, len(members))
             if leaving:
                 self._released()
+
+
+def _calling(store: IsrStore, members: List[str]) -> Tuple[bool, Optional[str]]:
+    """``store(members)`` in a pool thread, its failure returned rather than
+    raised (a raise there would be printed as a traceback by the pool)."""
+    try:
+        return store(members), None
+    except Exception as err:   # etcd unreachable (CoordinationError), or its answer unreadable
+        return False, str(err) or type(err).__name__

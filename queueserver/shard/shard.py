@@ -46,7 +46,7 @@ from .durability import Durability
 from .replication import Replicator
 from .idhome import IdHome
 from .peers import DUPLICATE, GRANTED, Peers
-from ..router.shardlink import Address
+from ..router.shardlink import Address, Places
 from .direct import DirectServer, Token
 from ..router.slotmap import SlotMap
 from .history import Context, HistoryWriter
@@ -56,7 +56,7 @@ from .stats import ShardStats
 from ..metrics.control import control_path, serve_control
 from .clustering import ShardInCluster
 from ..cluster.clusterfile import ClusterSpec, ShardSpec, load_cluster
-from ..net import linkauth
+from ..net import faults, linkauth
 from ..cluster.slots import MAX_SHARDS, from_ranges, slot_of
 from ..sharding import shard_for
 from ..numbers import Blocks, NumberFile, NumbersError
@@ -253,12 +253,19 @@ class Shard:
                          self._peer_up, self._home_batch)
         spec = cluster.spec
         removed = {node.name for node in spec.nodes if node.removed}
-        addresses: List[Address] = []
+        addresses: List[Places] = []
         for shard in spec.shards():
-            if shard.node == cluster.me.node:
-                addresses.append(os.path.join(directory, f"shard-{shard.index}.sock"))
+            if shard.node in removed:
+                addresses.append(None)
+                continue
+            here: Address = (os.path.join(directory, f"shard-{shard.index}.sock") if shard.node == cluster.node
+                             else (shard.host, shard.port))
+            if spec.replicas:   # its primary may serve on a follower's node (a failover)
+                places: List[Address] = [here]
+                places += spec.candidates(shard.ordinal)[1:]
+                addresses.append(places)
             else:
-                addresses.append(None if shard.node in removed else (shard.host, shard.port))
+                addresses.append(here)
         peers = Peers(self.index, addresses, self._peer_up, self._home_batch,
                       linkauth.client_credentials(spec.secret_file, spec.tls), SlotMap(spec.founders()),
                       self._more_peers)
@@ -489,11 +496,19 @@ class Shard:
             self.home.expect(())
         if self.cluster is not None:
             self._tasks.spawn(self.cluster.listen, self._serve_channel)
+            if faults.CUT_OFF_FILE is not None:
+                self._tasks.spawn(faults.watch, self._cut)
         if self.durability is not None and self.durability.replicator is not None:
             self.durability.replicator.start()
         while True:
             sock, _ = listener.accept()
             self._tasks.spawn(self._serve_channel, sock)
+
+    def _cut(self) -> None:
+        """Fault injection: links from other nodes (TCP) go down while this node is cut off."""
+        for channel in list(self.channels.values()):
+            if channel.sock.family != socket.AF_UNIX:
+                channel.close()
 
     def _serve_handoffs(self, listener: socket.socket) -> None:
         """Routers connect here to hand client connections over (the direct path)."""
@@ -829,6 +844,7 @@ def main(argv: Optional[List[str]] = None) -> None:
             else:
                 me = spec.shards_of(args.node)[args.index]
             cluster = ShardInCluster(spec, me, linkauth.load_secret(spec.secret_file))
+            cluster.node = args.node
         shard = Shard(args.index, args.socket, args.max_queues, args.queue_idle_timeout, args.shards,
                       args.direct_path, args.data_dir, args.fsync, args.fsync_interval,
                       args.compact_after_bytes, args.history_dir, cluster,
