@@ -144,3 +144,11 @@ def test_the_queue_heat_map_turns_logarithmic_for_a_burst():
     chart = charts.heatmap_chart("Added", axis, burst, "jobs")
     assert "Log colour scale" in chart.subtitle
     assert png_size(chart.src)[0] == round(charts.WIDTH_IN * charts.DPI)
+
+
+def test_charts_of_nothing_are_still_drawn():
+    one = Buckets(T0, MINUTE, 1, "minute")
+    assert png_size(charts.heatmap_chart("Added", one, [], "jobs").src)[0] > 0
+    assert png_size(charts.counts_chart("Jobs", one, {"added": [0]}, "jobs").src)[0] > 0
+    assert png_size(charts.times_chart("T", one, {"wait": {"p50": [None]}}).src)[0] > 0
+    assert png_size(charts.queues_chart("Q", []).src)[0] > 0

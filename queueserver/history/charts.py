@@ -440,7 +440,7 @@ def heatmap_chart(title: str, buckets: Buckets, rows: Sequence[Tuple[str, Sequen
         fig, (ax,) = _figure(max(2.0, 1.0 + 0.28 * len(rows)))
         grid = [[math.nan if not v else float(v) for v in ys] for _, ys in rows]
         norm = LogNorm(vmin=1, vmax=max(peak, 2)) if log else Normalize(vmin=0, vmax=max(peak, 1))
-        mesh = ax.pcolormesh(list(range(buckets.count + 1)), list(range(len(rows) + 1)),
+        mesh = ax.pcolormesh(list(range(buckets.count + 1)), list(range(max(1, len(rows)) + 1)),
                              grid[::-1] if grid else [[math.nan] * buckets.count],
                              cmap=HEAT, norm=norm, shading="flat")
         ax.set_yticks([i + 0.5 for i in range(len(rows))][::-1],

@@ -332,7 +332,8 @@ def render(summary: Summary, jobs: DataFrame, minutes: DataFrame, stuck: DataFra
             parts.append('<p class="note">No job failed, died or expired.</p>')
         parts += [_figure(times_chart(_percentile_series(jobs, buckets.width), buckets)),
                   "<h2>Queues</h2>", _figure(queue_chart(summary.queues)),
-                  _figure(queue_time_chart(series, buckets))]
+                  _figure(queue_time_chart(series, buckets))
+                  if any(r.added for r in series) else ""]
     else:
         parts += ["<h2>Queues</h2>", '<p class="note">No events yet.</p>']
     parts += ["<h2>Every queue</h2>", _queue_table(summary.queues),
