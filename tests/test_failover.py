@@ -82,6 +82,10 @@ def test_a_killed_primary_is_replaced_by_its_follower_with_no_acknowledged_job_l
             assert taken_over is not None, "shard a/0's queues were not served again within 30 s"
             assert "is its primary now" in nodes.log("b")
             seen = drain(c, queues)
+        rows = {row["shard"]: row for row in nodes.status()}
+        assert (rows["a/0"]["up"], rows["a/0"]["primary"], rows["a/0"]["epoch"]) == (True, "b", 2)
+        assert rows["a/0"]["etcd"] == "lapsed"
+        assert "primary on b (epoch 2)" in nodes.cli("status").stdout
         lost = acked - seen
         assert not lost, f"{len(lost)} acknowledged jobs lost"
         print(f"failover in {taken_over:.1f} s")

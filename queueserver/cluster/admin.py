@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import ssl
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import msgpack
 from gevent import socket
@@ -30,16 +30,25 @@ class AdminError(Exception):
 
 
 class ShardLine:
-    def __init__(self, shard: ShardSpec, secret: bytes, tls: Optional[ssl.SSLContext]) -> None:
+    def __init__(self, shard: ShardSpec, secret: bytes, tls: Optional[ssl.SSLContext],
+                 places: Optional[List[Tuple[str, int]]] = None) -> None:
+        """``places``: where the shard may be, tried in turn (a replicated
+        cluster's: its home, then where a failover may have put it)."""
         self.shard = shard
         self._secret = secret
         self._tls = tls
+        self.places = places or [(shard.host, shard.port)]
+        self._at = 0
         self._sock: Optional[socket.socket] = None
         self._unpacker: Optional[msgpack.Unpacker] = None   # msgpack has no stubs: Any
         self._next = 1
 
     def _connect(self) -> None:
-        sock = socket.create_connection((self.shard.host, self.shard.port), timeout=5.0)
+        try:
+            sock = socket.create_connection(self.places[self._at], timeout=5.0)
+        except OSError:
+            self._at = (self._at + 1) % len(self.places)   # next time, the next place
+            raise
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock = linkauth.connect_link(sock, self._secret, self._tls)
@@ -102,7 +111,9 @@ class Cluster:
         self.spec = spec
         secret, tls = linkauth.client_credentials(spec.secret_file, spec.tls)
         self.shards = spec.shards()
-        self.lines: Dict[int, ShardLine] = {s.ordinal: ShardLine(s, secret, tls) for s in self.shards}
+        self.lines: Dict[int, ShardLine] = {
+            s.ordinal: ShardLine(s, secret, tls, spec.candidates(s.ordinal) if spec.replicas else None)
+            for s in self.shards}
 
     def call(self, ordinal: int, op: str, args: List[Any], wait: float = CALL_TIMEOUT) -> Any:
         return self.lines[ordinal].call(op, args, time.monotonic() + wait)

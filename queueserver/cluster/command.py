@@ -139,6 +139,22 @@ def _liveness(spec: ClusterSpec) -> Optional[Dict[str, str]]:
     return {node.name: "alive" if node.name in alive else "lapsed" for node in spec.nodes}
 
 
+def _groups(spec: ClusterSpec) -> Dict[int, Any]:
+    """Each shard group's record in etcd (a replicated cluster on etcd; else none)."""
+    if spec.etcd is None or not spec.replicas:
+        return {}
+    from .coordination import CoordinationError, Etcd
+    from .groups import read_all
+    etcd = Etcd(spec.etcd)
+    try:
+        return dict(read_all(etcd))
+    except CoordinationError as err:
+        print(f"etcd: {err}", file=sys.stderr)
+        return {}
+    finally:
+        etcd.close()
+
+
 def _status(spec: ClusterSpec, rebalancer: "Rebalancer", as_json: bool) -> int:
     from .admin import AdminError
     liveness = _liveness(spec)
@@ -153,15 +169,21 @@ def _status(spec: ClusterSpec, rebalancer: "Rebalancer", as_json: bool) -> int:
                      "slots": sum(end - start for start, end, _ in state["served"]),
                      "jobs": state["jobs"], "moving": state["moving"],
                      "followers": state.get("followers", [])})
+    groups = _groups(spec)
     for shard, row in zip(spec.shards(), rows):
         row["node"] = shard.node
         if liveness is not None:
             row["etcd"] = liveness[shard.node]
+        group = groups.get(shard.ordinal)
+        if group is not None:   # a replicated cluster on etcd: where its primary is now
+            row.update(primary=group["primary"], epoch=group["epoch"], in_sync=group["isr"])
     if as_json:
         print(json.dumps(rows))
         return 0
     for row in rows:
         lease = f"  etcd: {row['etcd']}" if "etcd" in row else ""
+        if "primary" in row:
+            lease += f"  primary on {row['primary']} (epoch {row['epoch']})"
         if not row["up"]:
             print(f"{row['shard']:>12}  DOWN  {row['error']}{lease}")
             continue
