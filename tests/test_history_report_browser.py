@@ -168,3 +168,4 @@ def test_report_fits_the_window_and_loads_only_itself(page, reports, size):
         assert name.get_attribute("title") == LONG              # cut on the page, full name kept
         assert name.evaluate("e => e.scrollWidth > e.clientWidth")
         assert LONG in page.content() and "q03.burst" in text
+        assert "Busiest minute: Jan 01 12:00 UTC" in text

@@ -13,6 +13,7 @@ the driver only draws them.
 from __future__ import annotations
 
 import html
+import statistics
 from datetime import datetime, timezone
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -218,7 +219,19 @@ def _card(label: str, value: int, kind: str = "", of: int = 0) -> str:
             f'{share}</div>')
 
 
-def _headline(summary: Summary, generated: datetime) -> str:
+def busiest(rows: Sequence[Tuple[int, Mapping[str, int]]], buckets: Buckets) -> str:
+    """The bucket with the most jobs added, in words (empty when none were)."""
+    added = charts.totals(rows, buckets, ("added",))["added"]
+    if not any(added):
+        return ""
+    i = max(range(buckets.count), key=lambda k: (added[k], -k))
+    when = _when(buckets.first + i * buckets.width)
+    typical = statistics.median([n for n in added if n])
+    return (f"Busiest {buckets.name}: {when:%b %d %H:%M} UTC, {added[i]:,} jobs added "
+            f"(a typical one: {typical:,.0f}).")
+
+
+def _headline(summary: Summary, generated: datetime, busy: str = "") -> str:
     outcomes = summary.outcomes
     if summary.first_event is not None and summary.last_event is not None:
         first, last = _when(summary.first_event), _when(summary.last_event)
@@ -250,6 +263,7 @@ def _headline(summary: Summary, generated: datetime) -> str:
                      "<p>None: no queue has a failed, dead, expired or stale job.</p></div>")
     return ('<header><h1>Job history</h1>'
             f'<p class="span">{html.escape(span)}</p>'
+            + (f'<p class="busy">{html.escape(busy)}</p>' if busy else "") +
             f'<p class="meta">Generated {generated:%Y-%m-%d %H:%M:%S} UTC from '
             f'<code>{html.escape(summary.out)}</code></p></header>'
             f'<section class="headline"><div class="cards">{"".join(cards)}</div>{attention}'
@@ -266,6 +280,7 @@ h1 { font-size: 1.75em; margin: 0; letter-spacing: -0.01em; }
 h2 { font-size: 1.2em; margin: 2em 0 0.6em; }
 h3 { font-size: 1.02em; margin: 0; }
 header .span { font-size: 1.1em; margin: 0.2em 0 0; }
+header .busy { margin: 0.2em 0 0; }
 .meta, .sub, .note { color: var(--muted); }
 .meta { font-size: 0.85em; margin: 0.3em 0 0; overflow-wrap: anywhere; }
 .sub { font-size: 0.88em; margin: 0.2em 0 0.6em; }
@@ -325,7 +340,8 @@ def render(summary: Summary, jobs: DataFrame, minutes: DataFrame, stuck: DataFra
         buckets = time_axis(summary.first_event, summary.last_event)
         series = _minute_series(minutes, buckets.width)
         counts = [(r.bucket, r.asDict()) for r in series]
-        parts += ["<h2>Over time</h2>", _figure(flow_chart(counts, buckets))]
+        parts = [_headline(summary, generated, busiest(counts, buckets)),
+                 "<h2>Over time</h2>", _figure(flow_chart(counts, buckets))]
         if any(c[k] for _, c in counts for k in BAD):
             parts.append(_figure(failure_chart(counts, buckets)))
         else:
