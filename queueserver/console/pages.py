@@ -450,6 +450,9 @@ def error_page(status: int, message: str, node: str) -> str:
     if status == 403:
         colour = "#ef4444"
     title = TITLES.get(status, "Error")
+    message = message.strip()
+    if message:   # a sentence, whoever wrote it
+        message = message[:1].upper() + message[1:] + ("" if message[-1:] in ".!?" else ".")
     body = (f'<div class="card err" style="--c:{colour}"><div class=code>{status}</div><h1>{esc(title)}</h1>'
             f'<p>{esc(message)}</p><p><a class="btn" href="/">Back to the overview</a></p></div>')
     return page(f"{status} {title}", body, node, scripts=False)
