@@ -203,7 +203,7 @@ def test_rates_and_ceilings():
 
 def test_error_page_shows_status_and_message_only():
     html = pages.error_page(503, "shard 1 did not answer", "n")
-    assert "503" in html and "shard 1 did not answer" in html and "Traceback" not in html
+    assert "503" in html and "Shard 1 did not answer." in html and "Traceback" not in html
 
 
 def test_cluster_page_of_a_single_node():
