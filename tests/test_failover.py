@@ -3,10 +3,13 @@ an in-sync follower promoted, routers sending its queues there, and no
 acknowledged job lost (real nodes on 127.0.0.1-3, a real etcd)."""
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional, Set
+
+import pytest
 
 from cluster_nodes import Nodes, ensure_loopback_aliases
 from etcd_server import EtcdServer, etcd  # noqa: F401 (the fixture)
@@ -111,8 +114,13 @@ def served_again(nodes: Nodes, via: str, name: str, since: float, limit: float =
     raise AssertionError(f"{name} was not served again within {limit:.0f} s")
 
 
+#: ``make failover-test`` runs the faults test this many times (20); the suite once
+REPEAT = int(os.environ.get("QS_FAILOVER_REPEAT", "1"))
+
+
+@pytest.mark.parametrize("run", range(REPEAT))
 def test_faults_under_load_over_workq_and_takeanumber_lose_no_acknowledged_job(
-        tmp_path: Path, etcd: EtcdServer) -> None:
+        tmp_path: Path, etcd: EtcdServer, run: int) -> None:
     """Jepsen-style: producers over workq and takeanumber and workq workers
     run through node c while node a (primary of shard 0, follower of shard
     2) is killed with SIGKILL, comes back as a follower, has its follower
@@ -182,8 +190,6 @@ def test_a_primary_cut_off_stops_acknowledging_and_its_follower_takes_over(
     that is lost, because it acknowledges nothing without its follower and
     stops its primaries before its lease can lapse; b takes shard 0 over;
     once healed, a follows. Producers run through c, workers through a."""
-    import os
-
     from crash_history import History, Load, drain
 
     cut = tmp_path / "cut-a"

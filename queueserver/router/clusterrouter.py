@@ -58,8 +58,8 @@ class ClusterRouter(Router):
                 continue
             here: Address = sockets[shard.index] if shard.node == cluster["node"] else (shard.host, shard.port)
             if spec.replicas:   # after a failover its primary serves on a follower's node
-                places: List[Address] = [here]
-                places += spec.candidates(shard.ordinal)[1:]
+                places: List[Address] = [here]   # its home's TCP address too: a copy taken over here
+                places += [a for a in spec.candidates(shard.ordinal) if a != here]
                 addresses.append(places)
             else:
                 addresses.append(here)

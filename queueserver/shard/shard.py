@@ -261,8 +261,8 @@ class Shard:
             here: Address = (os.path.join(directory, f"shard-{shard.index}.sock") if shard.node == cluster.node
                              else (shard.host, shard.port))
             if spec.replicas:   # its primary may serve on a follower's node (a failover)
-                places: List[Address] = [here]
-                places += spec.candidates(shard.ordinal)[1:]
+                places: List[Address] = [here]   # its home's TCP address too: a copy taken over here
+                places += [a for a in spec.candidates(shard.ordinal) if a != here]
                 addresses.append(places)
             else:
                 addresses.append(here)
