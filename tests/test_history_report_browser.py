@@ -138,6 +138,9 @@ def check_layout(page, width: int) -> None:   # type: ignore[no-untyped-def]
     for image in images:
         assert image["loaded"], image["alt"]
         assert 0 <= image["left"] and image["right"] <= width and image["width"] > 100, image
+    spilling = page.evaluate("""() => [...document.querySelectorAll('.card, figure, .worst')]
+        .filter(e => e.scrollWidth > e.clientWidth).map(e => e.textContent)""")
+    assert spilling == [], "content wider than its box"
     worst = page.locator("#worst-queues").bounding_box()
     assert worst is not None and 0 <= worst["x"] and worst["x"] + worst["width"] <= width
     # Every queue name fits its box: long ones are cut (the page ellipsizes them), not spilled.

@@ -214,7 +214,9 @@ def duration(seconds: float) -> str:
 
 
 def _card(label: str, value: int, kind: str = "", of: int = 0) -> str:
-    share = f'<small>{value / of:.0%}</small>' if of and value else ""
+    part = value / of if of else 0.0
+    share = (f'<small>{"<1%" if part < 0.01 else f"{part:.0%}"} of jobs</small>'
+             if value and of else "")
     return (f'<div class="card {kind}"><b>{value:,}</b><span>{html.escape(label)}</span>'
             f'{share}</div>')
 
@@ -288,12 +290,13 @@ code { font-size: 0.92em; }
 .headline { display: grid; grid-template-columns: minmax(0, 3fr) minmax(0, 2fr); gap: 18px;
             margin-top: 20px; align-items: start; }
 @media (max-width: 900px) { .headline { grid-template-columns: minmax(0, 1fr); } }
-.cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(118px, 1fr)); gap: 10px; }
+.cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(112px, 1fr)); gap: 10px; }
 .card { background: #fff; border: 1px solid var(--line); border-top: 4px solid #9aa5b1;
         border-radius: 8px; padding: 8px 12px 10px; min-width: 0; }
-.card b { display: block; font-size: 1.55em; font-weight: 650; font-variant-numeric: tabular-nums; }
+.card b { display: block; font-size: 1.5em; font-weight: 650; font-variant-numeric: tabular-nums;
+          overflow-wrap: anywhere; }
 .card span { color: var(--muted); font-size: 0.85em; }
-.card small { color: var(--muted); font-size: 0.8em; margin-left: 0.4em; }
+.card small { display: block; color: var(--muted); font-size: 0.8em; }
 .card.total { border-top-color: #1d2733; } .card.completed { border-top-color: #54a24b; }
 .card.failed { border-top-color: #e45756; } .card.dead { border-top-color: #b279a2; }
 .card.expired { border-top-color: #f58518; } .card.deleted { border-top-color: #9d9da1; }
@@ -320,8 +323,8 @@ th.l, td.l, table.fixed td:first-child, table.fixed th:first-child { text-align:
 tbody tr:last-child td { border-bottom: none; }
 tbody tr:hover td { background: #f8fafc; }
 table.fixed { table-layout: fixed; width: 100%; }
-table.fixed col.q { width: 52%; }
-table.fixed th { white-space: normal; overflow-wrap: anywhere; }
+table.fixed col.q { width: 40%; }
+table.fixed th, table.fixed td { overflow: hidden; text-overflow: ellipsis; }
 .name { display: inline-block; max-width: 24em; overflow: hidden; text-overflow: ellipsis;
         white-space: nowrap; vertical-align: bottom; }
 table.fixed .name { max-width: 100%; }
