@@ -295,7 +295,7 @@ def counts_chart(title: str, buckets: Buckets, series: Mapping[str, Sequence[int
                               color=color(name, k), label=name if any(ys) else None)
                 if buckets.count * len(names) <= LABELLED_BARS and not stack:
                     ax.bar_label(bars, labels=[short_count(v) if v else "" for v in ys],
-                                 padding=2, fontsize="x-small", color="#333")
+                                 padding=2, fontsize="small", color="#333")
                 if stack:
                     base = [b + y for b, y in zip(base, ys)]
             if stack and buckets.count <= LABELLED_BARS:   # the total on top of each stack
@@ -303,7 +303,7 @@ def counts_chart(title: str, buckets: Buckets, series: Mapping[str, Sequence[int
                     if total:
                         ax.annotate(short_count(total), (i + 0.5, total), xytext=(0, 2),
                                     textcoords="offset points", ha="center", va="bottom",
-                                    fontsize="x-small", color="#333")
+                                    fontsize="small", color="#333")
         else:
             edges = list(range(buckets.count + 1))
             for k, name in enumerate(names):
