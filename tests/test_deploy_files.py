@@ -432,7 +432,8 @@ NODE_KEYS = {"name", "host", "link_port", "shards", "bind", "metrics_port", "joi
 @pytest.mark.parametrize("path", CLUSTER_FILES, ids=["systemd", "compose"])
 def test_the_cluster_files_have_the_keys_of_the_format(path):
     cluster = _cluster(path)
-    assert set(cluster) <= {"secret_file", "tls", "etcd", "node"}
+    assert set(cluster) <= {"secret_file", "tls", "etcd", "replicas", "node"}
+    assert cluster["replicas"] == 1
     assert cluster["etcd"]["endpoints"] and cluster["etcd"]["lease_ttl"] >= 2
     assert isinstance(cluster["secret_file"], str) and cluster["secret_file"]
     nodes = cluster["node"]
