@@ -183,7 +183,8 @@ def _queue_table(queues: List[QueueStats]) -> str:
     return _table(head, ([q.queue, f"{q.jobs:,}"] + [f"{q.outcomes[o]:,}" for o in OUTCOMES]
                          + [f"{q.outcomes['unfinished']:,}", f"{q.stale:,}", f"{q.bad_share:.1%}"]
                          + [_seconds(v) for v in q.wait + q.run]
-                         for q in sorted(queues, key=lambda q: (-q.jobs, q.queue))), names=[0])
+                         for q in sorted(queues, key=lambda q: (-q.jobs, q.queue))), names=[0],
+                  box="scroll tall")
 
 
 def _stuck_table(stuck: DataFrame, total: int) -> str:
