@@ -19,6 +19,10 @@ functions on those lists, tested on their own (tests/test_history_charts.py):
 * **Headroom** (:func:`headroom`): the y-limit is the next round number at
   least :data:`HEADROOM` above the tallest bar (linear), or a factor above
   it (log), so that no bar or value label touches the frame.
+* **Many queues** (:func:`heatmap_chart`): per queue over time is a heat map,
+  a row per queue, so a small queue is not drawn under a big one; its colour
+  scale follows the same log rule. Queue names are ellipsized
+  (:data:`NAME_CHARS`).
 
 The figures are drawn with matplotlib's Agg canvas (no display, no pyplot
 state) at a fixed size with a constrained layout, so every label and legend
