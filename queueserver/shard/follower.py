@@ -99,6 +99,7 @@ class Copy:
         engine, durability = self.engine, self.durability
         if engine is None or durability is None:
             raise StoreError("events before the live state")   # the stream is broken: dial again
+        events = [_as_tuples(event) for event in events]   # as a log's reader gives them
         engine.replay(events)
         append = durability.wal.append
         for event in events:
@@ -131,6 +132,15 @@ class Copy:
             self.durability.close()
             self.durability = None
         self.engine = None
+
+
+def _as_tuples(value: Any) -> Any:
+    """A frame's event (msgpack arrays decoded as lists) as the log's reader
+    decodes it (tuples all the way down): the compiled engine's event types
+    are tuples."""
+    if isinstance(value, list):
+        return tuple(_as_tuples(item) for item in value)
+    return value
 
 
 class Follower:
@@ -193,8 +203,9 @@ class Follower:
         def handle(frame: Any) -> None:
             try:
                 take(frame)
-            except (StoreError, ValueError) as err:   # this stream is unusable: dial again
-                log.warning("following shard %s: %s; leaving this stream", self.primary.name, err)
+            except Exception as err:   # a frame not applied: the copy would miss it; start over
+                log.warning("following shard %s: %s: %s; leaving this stream (a new one starts "
+                            "from the live state)", self.primary.name, type(err).__name__, err)
                 channel.close()
 
         def take(frame: Any) -> None:
