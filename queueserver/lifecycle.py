@@ -14,6 +14,9 @@ from gevent.event import Event
 #: A child's exit status saying "do not restart me": it cannot start, and
 #: has logged one line saying why (e.g. a damaged log).
 EXIT_REFUSED = 3
+#: a replicated shard's exit status when etcd names another node its group's
+#: primary (a promotion raced its start): its node runs what etcd says instead
+EXIT_DEPOSED = 4
 
 #: The environment variable in which the supervisor gives its children its pid.
 SUPERVISOR_PID = "QS_SUPERVISOR_PID"

@@ -33,7 +33,7 @@ from .protocols import DEFAULT_PORTS
 from .datadir import DataDir, LayoutError
 from .dirlock import DirectoryBusy, lock_directory
 from .cluster.roles import FOLLOWER, PRIMARY_COPY, PRIMARY_HOME
-from .lifecycle import EXIT_REFUSED, SUPERVISOR_PID
+from .lifecycle import EXIT_DEPOSED, EXIT_REFUSED, SUPERVISOR_PID
 from .numbers import FILE_NAME as NUMBERS_FILE
 
 if TYPE_CHECKING:   # imported when the metrics port is on: it loads prometheus_client
@@ -76,6 +76,11 @@ class RouterConfig(_RouterConfigBase, total=False):
 #: primaries stop: well before etcd lets the lease lapse and a follower is
 #: promoted (our clock starts later than etcd's, at the answer).
 FENCE_AFTER = 0.6
+
+
+def own_index(cluster: ClusterSpec, node: str, ordinal: int) -> int:
+    """Shard ``ordinal``'s index on ``node`` (0 for another node's shard)."""
+    return next((s.index for s in cluster.shards_of(node) if s.ordinal == ordinal), 0)
 
 
 class Child:
@@ -367,6 +372,42 @@ class Supervisor:
             self.children.append(child)
             child.start()
 
+    def _ready_files(self) -> List[str]:
+        """What says every router and every shard this node serves is ready
+        (a replicated node's shards are as etcd planned them: they may change)."""
+        ready = [self.runtime.file(f"router-{i}.ready") for i in range(self.config.routers)]
+        ready += [self.runtime.file(f"{c.name}.sock.ready") for c in self.children
+                  if c.name.startswith(("shard-", "takeover-"))]
+        return ready
+
+    def _replan(self, child: Child) -> bool:
+        """A shard that found another node its group's primary (a promotion
+        raced this node's start): run what etcd says for that group instead."""
+        cluster, node = self.cluster, self.config.node
+        if cluster is None or node is None or self.etcd is None or self.roles is None:
+            return False
+        from .cluster.coordination import CoordinationError
+        from .cluster.groups import read_all
+        from .cluster.roles import plan
+        own = {s.index: s.ordinal for s in cluster.shards_of(node)}
+        name = child.name
+        ordinal = own.get(int(name[6:]), -1) if name.startswith("shard-") else int(name.split("-")[1])
+        try:
+            role = plan(cluster, node, read_all(self.etcd)).get(ordinal)
+        except CoordinationError:
+            return False   # restarted as usual; it finds out again
+        if role is None or role == self.roles.get(ordinal):
+            return False
+        log.warning("shard %d's primary is another node now: node %s follows it", ordinal, node)
+        self.children.remove(child)
+        self.roles[ordinal] = role
+        fresh = self._group_child(ordinal, role, own_index(cluster, node, ordinal))
+        self.children.append(fresh)
+        fresh.start()
+        if self.failover is not None:
+            self.failover.following = [k for k, r in self.roles.items() if r == FOLLOWER]
+        return True
+
     def _fence(self) -> None:
         """A node whose etcd lease may have lapsed must not acknowledge as a
         primary: its primaries stop (SIGKILL) before the lease's TTL is over,
@@ -543,13 +584,10 @@ class Supervisor:
                 child.start()
             if self.metrics is not None:
                 self.metrics.start()
-            ready = [self.runtime.file(f"router-{i}.ready") for i in range(self.config.routers)]
-            ready += [self.runtime.file(f"{c.name}.sock.ready") for c in self.children
-                      if c.name.startswith(("shard-", "takeover-"))]
             published = False
             while not self._stopping:
                 self._watch()
-                if not published and all(os.path.exists(path) for path in ready):
+                if not published and all(os.path.exists(path) for path in self._ready_files()):
                     self._write_ports()  # every router serves: clients may come
                     published = True
                     self._register()
@@ -610,6 +648,8 @@ class Supervisor:
                     self._failure = StartupError(f"{child.name} cannot start: {reason}")
                     self._stopping = True
                     child.process = None
+                    continue
+                if process.returncode == EXIT_DEPOSED and self._replan(child):
                     continue
                 log.warning("%s exited with status %s; restarting", child.name, process.returncode)
                 child.process = None

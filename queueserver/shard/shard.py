@@ -40,7 +40,7 @@ from ..engine import Engine
 from ..engine.effects import Effects
 from ..engine.ownership import OutgoingMove, SlotOwnership
 from ..engine.status import NOT_FOUND, OK, SERVER_ERROR, Reply
-from ..lifecycle import EXIT_REFUSED
+from ..lifecycle import EXIT_DEPOSED, EXIT_REFUSED
 from ..store import StoreError
 from .durability import Durability
 from .replication import Replicator
@@ -856,9 +856,13 @@ def main(argv: Optional[List[str]] = None) -> None:
             shard.join_cluster()
             cluster.bind()
             if shard.durability is not None and shard.durability.replicator is not None:
-                take_group(shard.durability.replicator, cluster.spec, cluster.me.ordinal, args.node,
-                           args.ordinal is not None)
-    except (StoreError, ValueError, OSError) as err:   # (groups.Deposed is a ValueError)   # a damaged or unusable log, a bad cluster file, secret or cert
+                try:
+                    take_group(shard.durability.replicator, cluster.spec, cluster.me.ordinal, args.node,
+                               args.ordinal is not None)
+                except ValueError as err:   # groups.Deposed: another node was promoted meanwhile
+                    log.warning("shard %d does not start here: %s", cluster.me.ordinal, err)
+                    sys.exit(EXIT_DEPOSED)
+    except (StoreError, ValueError, OSError) as err:   # a damaged or unusable log, a bad cluster file, secret or cert
         log.error("shard %d cannot start: %s", args.index, err)
         with open(args.socket + ".refused", "w") as f:
             f.write(str(err))   # for the supervisor's one line
