@@ -114,10 +114,35 @@ def served_again(nodes: Nodes, via: str, name: str, since: float, limit: float =
     raise AssertionError(f"{name} was not served again within {limit:.0f} s")
 
 
+def restart_drain_and_check(nodes: Nodes, queues: List[str], history: "History", failover: float) -> None:
+    """Leases of jobs without a TTR (takeanumber's, leased over workq) end
+    with their process: kill -9 every node and start them all again, as the
+    single-node crash test does (etcd says who is primary where); then drain
+    the queues through c and judge the history."""
+    from crash_history import drain
+
+    for name in nodes.names:
+        nodes.kill(name)
+    for name in nodes.names:
+        nodes.start(name, linked=False)
+    for name in queues:
+        served_again(nodes, "c", name, time.monotonic(), 60, history)
+    host, port = nodes.address("c")
+    verdict = history.check(drain(port, queues, host=host))
+    print(f"failover {failover:.1f} s; {verdict.summary()}")
+    assert verdict.acknowledged > 50, verdict.summary()
+    assert not verdict.lost, verdict.summary()
+    assert not verdict.unexpected, verdict.summary()
+    assert not verdict.resurrected, verdict.summary()
+    assert failover < 10
+    assert "Traceback" not in "".join(nodes.log(n) for n in nodes.names)
+
+
 #: ``make failover-test`` runs the faults test this many times (20); the suite once
 REPEAT = int(os.environ.get("QS_FAILOVER_REPEAT", "1"))
 
 
+@pytest.mark.timeout(900)   # about 90 s alone; several clusters at once on 2 cores take longer
 @pytest.mark.parametrize("run", range(REPEAT))
 def test_faults_under_load_over_workq_and_takeanumber_lose_no_acknowledged_job(
         tmp_path: Path, etcd: EtcdServer, run: int) -> None:
@@ -128,7 +153,7 @@ def test_faults_under_load_over_workq_and_takeanumber_lose_no_acknowledged_job(
     are drained and the history checked."""
     import shutil
 
-    from crash_history import History, Load, drain
+    from crash_history import History, Load
 
     with replicated(tmp_path, etcd) as nodes:
         nodes.protocols = ["workq", "takeanumber"]
@@ -162,26 +187,10 @@ def test_faults_under_load_over_workq_and_takeanumber_lose_no_acknowledged_job(
             time.sleep(1.0)
         finally:
             load.stop()
-        # Leases of jobs without a TTR (takeanumber's, leased over workq) end
-        # with their process: kill -9 every node and start them all again,
-        # as the single-node crash test does; etcd says who is primary where.
-        for name in nodes.names:
-            nodes.kill(name)
-        for name in nodes.names:
-            nodes.start(name, linked=False)
-        for name in queues:
-            served_again(nodes, "c", name, time.monotonic(), 60, history)
-        host, port = nodes.address("c")
-        verdict = history.check(drain(port, queues, host=host))
-        print(f"failover {failover:.1f} s; {verdict.summary()}")
-        assert verdict.acknowledged > 50, verdict.summary()
-        assert not verdict.lost, verdict.summary()
-        assert not verdict.unexpected, verdict.summary()
-        assert not verdict.resurrected, verdict.summary()
-        assert failover < 10
-        assert "Traceback" not in "".join(nodes.log(n) for n in nodes.names)
+        restart_drain_and_check(nodes, queues, history, failover)
 
 
+@pytest.mark.timeout(900)
 def test_a_primary_cut_off_stops_acknowledging_and_its_follower_takes_over(
         tmp_path: Path, etcd: EtcdServer) -> None:
     """Node a (primary of shard 0) loses etcd and the other nodes while its
@@ -190,7 +199,7 @@ def test_a_primary_cut_off_stops_acknowledging_and_its_follower_takes_over(
     that is lost, because it acknowledges nothing without its follower and
     stops its primaries before its lease can lapse; b takes shard 0 over;
     once healed, a follows. Producers run through c, workers through a."""
-    from crash_history import History, Load, drain
+    from crash_history import History, Load
 
     cut = tmp_path / "cut-a"
     with replicated(tmp_path, etcd) as nodes:
@@ -219,18 +228,4 @@ def test_a_primary_cut_off_stops_acknowledging_and_its_follower_takes_over(
         finally:
             for load in loads:
                 load.stop()
-        for name in nodes.names:
-            nodes.kill(name)
-        for name in nodes.names:
-            nodes.start(name, linked=False)
-        for name in queues:
-            served_again(nodes, "c", name, time.monotonic(), 60, history)
-        host, port = nodes.address("c")
-        verdict = history.check(drain(port, queues, host=host))
-        print(f"failover {failover:.1f} s; {verdict.summary()}")
-        assert verdict.acknowledged > 50, verdict.summary()
-        assert not verdict.lost, verdict.summary()
-        assert not verdict.unexpected, verdict.summary()
-        assert not verdict.resurrected, verdict.summary()
-        assert failover < 10
-        assert "Traceback" not in "".join(nodes.log(n) for n in nodes.names)
+        restart_drain_and_check(nodes, queues, history, failover)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence, Tuple
 
+from ..protocols.base import BY_NAME, BY_NAMES
+
 #: queue name -> the protocols that used it, sorted
 Uses = Dict[str, Tuple[str, ...]]
 #: Queue names one process remembers.
@@ -31,6 +33,21 @@ def note_use(uses: Uses, name: str, protocol: str) -> None:
     if not seen and len(uses) >= MAX_QUEUES:
         uses.clear()
     uses[name] = tuple(sorted((*seen, protocol)))
+
+
+def note_command(uses: Uses, route: int, key: Any, protocol: str) -> None:
+    """A client's command about queue ``key`` (``route`` BY_NAME) or queues
+    (BY_NAMES): note each queue its protocol uses, once (a dict lookup each
+    time, the rest only the first time)."""
+    if route == BY_NAME:
+        seen = uses.get(key)
+        if seen is None or protocol not in seen:
+            note_use(uses, key, protocol)
+    elif route == BY_NAMES:
+        for name in key:
+            seen = uses.get(name)
+            if seen is None or protocol not in seen:
+                note_use(uses, name, protocol)
 
 
 def merge(into: Dict[str, List[str]], more: Dict[str, Sequence[str]]) -> None:

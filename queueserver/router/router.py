@@ -52,7 +52,7 @@ from .jobcache import JobCache
 from .fanout import FirstFound, Gather, SpreadLease, ignore
 from ..lifecycle import die_with_supervisor, settle_gc, setup_logging, stop_event
 from .shardlink import Address, Auth, Context, Places, ShardLink
-from ..console.uses import Uses, note_use
+from ..console.uses import Uses, note_command
 from ..numbers import NumberFile
 
 if TYPE_CHECKING:
@@ -373,16 +373,8 @@ class Router:
         """Route a client's ``command``; returns what :meth:`withdraw` needs if
         the client leaves. A lease over a protocol whose leases end with the
         connection is owned by it, and the shard told when it closes."""
-        route = command.route
-        if route == BY_NAME:   # which protocols use the queue (the console's overview)
-            seen = self.queue_uses.get(command.key)
-            if seen is None or connection.protocol not in seen:
-                note_use(self.queue_uses, command.key, connection.protocol)
-        elif route == BY_NAMES:
-            for name in command.key:
-                seen = self.queue_uses.get(name)
-                if seen is None or connection.protocol not in seen:
-                    note_use(self.queue_uses, name, connection.protocol)
+        # which protocols use the queue (the console's overview)
+        note_command(self.queue_uses, command.route, command.key, connection.protocol)
         if self.history and command.op in _HISTORY_OPS:
             self._context[0] = (connection.protocol, f"{self.key}-{connection.origin}")
             try:

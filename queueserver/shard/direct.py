@@ -24,7 +24,7 @@ from ..net.handoff import Gone, HandoffChannel, Move
 from ..net.hangups import HangupWatch
 from ..protocols import codec_class
 from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command, StreamCodec
-from ..console.uses import Uses, note_use
+from ..console.uses import Uses, note_command
 
 if TYPE_CHECKING:
     from .shard import Shard
@@ -104,16 +104,8 @@ class DirectServer:
         elif command.op == "lease" and connection.codec.leases_end_with_connection:
             args = (*args, connection.id)
             connection.owned = True
-        route = command.route
-        if route == BY_NAME:   # which protocols use the queue (the console's overview)
-            seen = self.queue_uses.get(command.key)
-            if seen is None or connection.protocol not in seen:
-                note_use(self.queue_uses, command.key, connection.protocol)
-        elif route == BY_NAMES:
-            for name in command.key:
-                seen = self.queue_uses.get(name)
-                if seen is None or connection.protocol not in seen:
-                    note_use(self.queue_uses, name, connection.protocol)
+        # which protocols use the queue (the console's overview)
+        note_command(self.queue_uses, command.route, command.key, connection.protocol)
         token = (-connection.id, next(self._requests))
         context = None
         if self.shard.history is not None:
