@@ -46,20 +46,26 @@ class EtcdServer:
         self.client_port = _free_port()
         self.peer_port = _free_port()
         self.endpoint = f"http://127.0.0.1:{self.client_port}"
+        self.peer = f"http://127.0.0.1:{self.peer_port}"
         self.process: Optional[subprocess.Popen] = None
         self.log_path = directory / f"etcd-{name}.log"
+        #: the members of its etcd cluster, itself included (one: itself)
+        self.members: List["EtcdServer"] = [self]
 
     def argv(self) -> List[str]:
-        peer = f"http://127.0.0.1:{self.peer_port}"
+        cluster = ",".join(f"{m.name}={m.peer}" for m in self.members)
         return [etcd_binary(), "--name", self.name, "--data-dir", str(self.directory / f"etcd-{self.name}"),
                 "--listen-client-urls", self.endpoint, "--advertise-client-urls", self.endpoint,
-                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                "--initial-cluster", f"{self.name}={peer}", "--log-level", "warn"]
+                "--listen-peer-urls", self.peer, "--initial-advertise-peer-urls", self.peer,
+                "--initial-cluster", cluster, "--initial-cluster-token", f"qs-{self.directory.name}",
+                "--log-level", "warn"]
 
-    def start(self, timeout: float = 20.0) -> "EtcdServer":
+    def start(self, timeout: float = 20.0, wait: bool = True) -> "EtcdServer":
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT,
                                             start_new_session=True)
+        if not wait:   # a member of several: healthy only once a quorum runs
+            return self
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -72,6 +78,19 @@ class EtcdServer:
                 pass
             time.sleep(0.1)
         raise RuntimeError(f"etcd did not become healthy in {timeout} s: {self.log_path.read_text()[-2000:]}")
+
+    def start_wait(self, timeout: float = 30.0) -> None:
+        """Until the member answers healthy (a cluster's: once a quorum runs)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(self.endpoint + "/health", timeout=1) as answer:
+                    if b'"true"' in answer.read():
+                        return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"etcd member {self.name} is not healthy: {self.log_path.read_text()[-2000:]}")
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -91,3 +110,15 @@ def etcd(tmp_path: Path):   # type: ignore[no-untyped-def]
         yield server
     finally:
         server.kill()
+
+
+def etcd_cluster(directory: Path, size: int = 3) -> List[EtcdServer]:
+    """``size`` etcd members forming one cluster, started and healthy."""
+    members = [EtcdServer(directory, f"m{i}") for i in range(size)]
+    for member in members:
+        member.members = members
+    for member in members:
+        member.start(wait=False)
+    for member in members:
+        member.start_wait()
+    return members

@@ -150,3 +150,31 @@ def test_cluster_status_says_which_nodes_are_alive(tmp_path: Path, etcd: EtcdSer
         assert live_nodes(client) == {}
         client.close()
     assert "registered" in nodes.log("a")
+
+
+def test_a_node_keeps_its_lease_through_the_loss_of_the_etcd_member_it_talks_to(tmp_path: Path) -> None:
+    """Three etcd members, the node's endpoints listing all three: the member
+    it talks to is killed, and its lease stays alive through the others (a
+    quorum of two); a new lease can still be had and CAS writes still work."""
+    from etcd_server import etcd_cluster
+    from queueserver.cluster import groups
+
+    members = etcd_cluster(tmp_path)
+    try:
+        client = Etcd(_spec(*(m.endpoint for m in members), ttl=2))
+        member = Membership(client, "a", {})
+        member.start()
+        try:
+            members[0].kill()   # the first endpoint: the one in use
+            time.sleep(3.0)     # past the TTL: refreshed through another member
+            assert "a" in live_nodes(client) and member.silent_for() < 2
+            fresh = groups.Group(primary="a", epoch=1, isr=[], copy=False)
+            assert groups.swap(client, 7, 0, fresh)
+            assert not groups.swap(client, 7, 0, fresh)   # created once only
+            assert groups.read(client, 7)[0] == fresh
+        finally:
+            member.stop()
+            client.close()
+    finally:
+        for m in members:
+            m.kill()
