@@ -31,10 +31,10 @@ def names_on(ordinal: int, count: int, founders: int = 3) -> List[str]:
     return names
 
 
-def replicated(tmp_path: Path, etcd: EtcdServer, ttl: int = 3) -> Nodes:
+def replicated(tmp_path: Path, etcd: EtcdServer, ttl: int = 3, replicas: int = 1) -> Nodes:
     ensure_loopback_aliases()
     nodes = Nodes(tmp_path, shards=(1, 1, 1), protocols=["workq"])
-    nodes.file.write_text("replicas = 1\n" + nodes.file.read_text()
+    nodes.file.write_text(f"replicas = {replicas}\n" + nodes.file.read_text()
                           + f'[etcd]\nendpoints = ["{etcd.endpoint}"]\nprefix = "/qs-{uuid.uuid4().hex[:6]}"\n'
                             f"lease_ttl = {ttl}\n")
     return nodes
@@ -59,12 +59,13 @@ def drain(client: Client, names: List[str]) -> Set[str]:
     return seen
 
 
+@pytest.mark.parametrize("replicas", [1, 2])
 def test_a_killed_primary_is_replaced_by_its_follower_with_no_acknowledged_job_lost(
-        tmp_path: Path, etcd: EtcdServer) -> None:
-    with replicated(tmp_path, etcd) as nodes:
+        tmp_path: Path, etcd: EtcdServer, replicas: int) -> None:
+    with replicated(tmp_path, etcd, replicas=replicas) as nodes:
         nodes.start()
-        in_sync(nodes, nodes.names, 3)
-        queues = names_on(0, 4)   # shard a/0, followed by node b
+        in_sync(nodes, nodes.names, 3 * replicas)
+        queues = names_on(0, 4)   # shard a/0, followed by node b (and c)
         acked: Set[str] = set()
         with Client(*nodes.address("c")) as c:
             for i in range(120):
@@ -83,12 +84,17 @@ def test_a_killed_primary_is_replaced_by_its_follower_with_no_acknowledged_job_l
                 except (WorkqError, OSError):
                     time.sleep(0.1)
             assert taken_over is not None, "shard a/0's queues were not served again within 30 s"
-            assert "is its primary now" in nodes.log("b")
+            promoted = [n for n in ("b", "c") if "is its primary now" in nodes.log(n)]
+            assert promoted == ["b"] if replicas == 1 else len(promoted) == 1, promoted
             seen = drain(c, queues)
         rows = {row["shard"]: row for row in nodes.status()}
-        assert (rows["a/0"]["up"], rows["a/0"]["primary"], rows["a/0"]["epoch"]) == (True, "b", 2)
+        assert (rows["a/0"]["up"], rows["a/0"]["primary"], rows["a/0"]["epoch"]) == (True, promoted[0], 2)
         assert rows["a/0"]["etcd"] == "lapsed"
-        assert "primary on b (epoch 2)" in nodes.cli("status").stdout
+        assert f"primary on {promoted[0]} (epoch 2)" in nodes.cli("status").stdout
+        if replicas == 2:   # the other follower follows the new primary, in sync
+            other = "c" if promoted[0] == "b" else "b"
+            wait_for(lambda: other in (nodes.status()[0].get("in_sync") or []), 30,
+                     f"{other} to follow shard 0 at {promoted[0]}")
         lost = acked - seen
         assert not lost, f"{len(lost)} acknowledged jobs lost"
         print(f"failover in {taken_over:.1f} s")
