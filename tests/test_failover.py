@@ -144,10 +144,11 @@ def restart_drain_and_check(nodes: Nodes, queues: List[str], history: "History",
     assert "Traceback" not in "".join(nodes.log(n) for n in nodes.names)
 
 
-#: ``make failover-test`` runs the faults test this many times (20); the suite once
+#: ``make failover-test`` (pytest -m long) runs the faults test this many times (20)
 REPEAT = int(os.environ.get("QS_FAILOVER_REPEAT", "1"))
 
 
+@pytest.mark.long
 @pytest.mark.timeout(900)   # about 90 s alone; several clusters at once on 2 cores take longer
 @pytest.mark.parametrize("run", range(REPEAT))
 def test_faults_under_load_over_workq_and_takeanumber_lose_no_acknowledged_job(
@@ -196,6 +197,7 @@ def test_faults_under_load_over_workq_and_takeanumber_lose_no_acknowledged_job(
         restart_drain_and_check(nodes, queues, history, failover)
 
 
+@pytest.mark.long
 @pytest.mark.timeout(900)
 def test_a_primary_cut_off_stops_acknowledging_and_its_follower_takes_over(
         tmp_path: Path, etcd: EtcdServer) -> None:
