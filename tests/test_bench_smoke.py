@@ -210,9 +210,19 @@ def test_durable_data_on_tmpfs_is_a_problem() -> None:
 
 
 @pytest.mark.timeout(120)
+def _ctrl_c_as_in_a_terminal() -> None:
+    """The bench gets SIGINT as a terminal's user gives it: not blocked and
+    not ignored, whatever the test process inherited from what ran before it
+    in the same worker (a Python started with SIGINT ignored never raises
+    KeyboardInterrupt)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_every_server(tmp_path) -> None:
     proc = subprocess.Popen([sys.executable, BENCH, "--quick", "--only", "ours", "--duration", "30"],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_ctrl_c_as_in_a_terminal)
     try:
         stderr = ""
         deadline = time.monotonic() + 60
