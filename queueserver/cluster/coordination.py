@@ -31,12 +31,13 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 from urllib.parse import urlsplit
 
 import etcd3gw
 from etcd3gw.exceptions import Etcd3Exception
 from etcd3gw.lease import Lease
+from etcd3gw.utils import _encode
 from requests.exceptions import RequestException
 
 from ..net import faults
@@ -95,6 +96,29 @@ class Etcd:
     def close(self) -> None:
         for client in self._clients:
             client.session.close()
+
+
+def compare_and_put(etcd: Etcd, key: str, revision: int, value: str) -> bool:
+    """Write ``value`` at ``key`` if the key is still at modification
+    ``revision`` (0: still absent), in one transaction; whether it was written."""
+    name = _encode(key)
+    compare: Dict[str, Any] = ({"key": name, "result": "EQUAL", "target": "CREATE", "create_revision": "0"}
+                               if revision == 0 else
+                               {"key": name, "result": "EQUAL", "target": "MOD", "mod_revision": str(revision)})
+    txn = {"compare": [compare],
+           "success": [{"request_put": {"key": name, "value": _encode(value)}}],
+           "failure": []}
+    answer = etcd.call(lambda client: client.transaction(txn))
+    return bool(answer.get("succeeded", False))
+
+
+def read_with_revision(etcd: Etcd, key: str) -> Tuple[Optional[bytes], int]:
+    """``key``'s value and modification revision; (None, 0) when absent."""
+    found = etcd.call(lambda client: client.get(key, metadata=True))
+    if not found:
+        return None, 0
+    value, meta = found[0]
+    return value, int(meta["mod_revision"])
 
 
 def live_nodes(etcd: Etcd) -> Dict[str, Dict[str, Any]]:

@@ -23,9 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypedDict
 
-from etcd3gw.utils import _encode
-
-from .coordination import Etcd
+from .coordination import Etcd, compare_and_put, read_with_revision
 
 
 class Group(TypedDict):
@@ -43,42 +41,27 @@ def key(etcd: Etcd, ordinal: int) -> str:
     return etcd.key("groups", str(ordinal))
 
 
-def read(etcd: Etcd, ordinal: int) -> Read:
-    found = etcd.call(lambda client: client.get(key(etcd, ordinal), metadata=True))
-    if not found:
-        return None, 0
-    value, meta = found[0]
+def decode(value: bytes) -> Group:
+    """A group record as etcd holds it (JSON)."""
     record: Any = json.loads(value)
-    group = Group(primary=str(record["primary"]), epoch=int(record["epoch"]),
-                  isr=[str(n) for n in record.get("isr", [])], copy=bool(record.get("copy", False)))
-    return group, int(meta["mod_revision"])
+    return Group(primary=str(record["primary"]), epoch=int(record["epoch"]),
+                 isr=[str(n) for n in record.get("isr", [])], copy=bool(record.get("copy", False)))
+
+
+def read(etcd: Etcd, ordinal: int) -> Read:
+    value, revision = read_with_revision(etcd, key(etcd, ordinal))
+    return (None, 0) if value is None else (decode(value), revision)
 
 
 def read_all(etcd: Etcd) -> Dict[int, Group]:
     prefix = etcd.key("groups", "")
     found = etcd.call(lambda client: client.get_prefix(prefix))
-    groups: Dict[int, Group] = {}
-    for value, meta in found:
-        record: Any = json.loads(value)
-        ordinal = int(meta["key"].decode()[len(prefix):])
-        groups[ordinal] = Group(primary=str(record["primary"]), epoch=int(record["epoch"]),
-                                isr=[str(n) for n in record.get("isr", [])],
-                                copy=bool(record.get("copy", False)))
-    return groups
+    return {int(meta["key"].decode()[len(prefix):]): decode(value) for value, meta in found}
 
 
 def swap(etcd: Etcd, ordinal: int, revision: int, group: Group) -> bool:
     """Write ``group`` if the record is still at ``revision`` (0: still absent)."""
-    name = _encode(key(etcd, ordinal))
-    compare: Dict[str, Any] = ({"key": name, "result": "EQUAL", "target": "CREATE", "create_revision": "0"}
-                               if revision == 0 else
-                               {"key": name, "result": "EQUAL", "target": "MOD", "mod_revision": str(revision)})
-    body = json.dumps(group, sort_keys=True)
-    txn = {"compare": [compare],
-           "success": [{"request_put": {"key": name, "value": _encode(body)}}],
-           "failure": []}
-    answer = etcd.call(lambda client: client.transaction(txn))
-    return bool(answer.get("succeeded", False))
+    return compare_and_put(etcd, key(etcd, ordinal), revision, json.dumps(group, sort_keys=True))
 
 
 class Deposed(ValueError):
