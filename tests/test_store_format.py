@@ -36,7 +36,7 @@ def test_round_trip_keeps_types():
 def test_header_fields_and_base_flag():
     header, stop = F.read_header(F.encode_header(3, 4, 99, 42, base=True))
     assert stop is None
-    assert header == F.Header(1, True, 3, 4, 99, 42)
+    assert header == F.Header(F.VERSION, True, 3, 4, 99, 42)
     assert len(F.encode_header(0, 1, 1, 0)) == F.HEADER_SIZE
 
 
@@ -150,3 +150,45 @@ def test_not_a_log_damaged_header_and_short_header():
 def test_record_size_limit():
     with pytest.raises(ValueError):
         F.encode_record(("add", b"x" * (F.MAX_RECORD + 1)))
+
+
+# ------------------------------------------------------------------ epochs
+def test_every_record_carries_its_epoch_and_the_checksum_covers_it():
+    buf = F.encode_header(0, 2, 1, 1234) + F.encode_record(("lease", "a", 1), 0) + \
+        F.encode_record(("lease", "b", 2), 7) + F.encode_record(("lease", "c", 3), 9)
+    s = F.Scan(buf, 0, 2)
+    epochs = []
+    for _, record in s:
+        epochs.append((record[1], s.epoch))
+    assert epochs == [("a", 0), ("b", 7), ("c", 9)] and s.max_epoch == 9
+    # A record whose epoch was changed (a deposed primary's record passed off as newer) fails its checksum.
+    offsets = [off for off, _ in F.Scan(buf, 0, 2)]
+    forged = bytearray(buf)
+    struct.pack_into("<I", forged, offsets[1] + 12, 8)
+    s, records = scan(bytes(forged))
+    assert s.stop.kind == F.CORRUPT and s.stop.detail == "checksum mismatch" and len(records) == 1
+
+
+def _v1_segment(records, shard=0, shards=2, seq=1):
+    """A segment as version 1 wrote it: 12-byte frames, no epoch."""
+    head = struct.pack("<8sHHIIQQ", F.MAGIC, 1, 0, shard, shards, seq, 1234)
+    out = bytearray(head + struct.pack("<I", F.xxhash.xxh32_intdigest(head)))
+    for record in records:
+        body = F._packer.pack(record)
+        out += struct.pack("<III", len(body), F.length_check(len(body)), F.checksum(body, len(body))) + body
+    return bytes(out)
+
+
+def test_a_version_1_segment_is_still_read_with_epoch_0():
+    buf = _v1_segment(RECORDS)
+    s, records = scan(buf)
+    assert s.header.version == 1 and s.stop.kind == F.END
+    assert records == scan(segment())[1] and s.max_epoch == 0
+    # its torn tail is still told from corruption, with its own frame size
+    s, records = scan(buf[:-3])
+    assert s.stop.kind == F.TORN and len(records) == len(RECORDS) - 1
+    flipped = bytearray(buf)
+    offsets = [off for off, _ in F.Scan(buf, 0, 2)]
+    flipped[offsets[1] + 12] ^= 0x01
+    s, records = scan(bytes(flipped))
+    assert s.stop.kind == F.CORRUPT and s.stop.resume == offsets[2]

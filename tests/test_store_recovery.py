@@ -168,11 +168,11 @@ def test_unknown_version_refuses(tmp_path):
     write(directory, [job(0)])
     path = os.path.join(directory, "00000001.log")
     data = bytearray(open(path, "rb").read())
-    struct.pack_into("<H", data, 8, 2)
+    struct.pack_into("<H", data, 8, 3)
     open(path, "wb").write(data)
     with pytest.raises(UnknownVersion) as info:
         list(recover(directory, 0, 1))
-    assert str(info.value).startswith(f"{path}: log format version 2, but this build reads version 1")
+    assert str(info.value).startswith(f"{path}: log format version 3, but this build reads versions 1, 2")
     assert "\n" not in str(info.value)
 
 
@@ -224,3 +224,49 @@ def test_copy_of_a_directory_recovers_the_same(tmp_path):
     write(directory, records)
     shutil.copytree(directory, str(tmp_path / "b"))
     assert list(recover(str(tmp_path / "b"), 0, 1)) == records
+
+
+def test_the_epoch_survives_restarts_and_compaction(tmp_path):
+    """A log written under epochs 3 then 5 says 5 after a restart, continues
+    under it, and a snapshot keeps it; ``newest_epoch`` reads it without a replay."""
+    from queueserver.store.segments import newest_epoch
+    directory = str(tmp_path)
+    assert newest_epoch(directory, 0, 1) == 0 and newest_epoch(directory + "/none", 0, 1) == 0
+    rec = recover(directory, 0, 1)
+    list(rec)
+    wal = AppendLog(rec).start()
+    assert wal.epoch == 0
+    wal.epoch = 3
+    wal.append(job(0))
+    wal.epoch = 5
+    wal.append(job(1))
+    wal.sync()
+    wal.close()
+    assert newest_epoch(directory, 0, 1) == 5
+    rec = recover(directory, 0, 1)
+    assert list(rec) == [job(0), job(1)] and rec.max_epoch == 5
+    wal = AppendLog(rec).start()
+    assert wal.epoch == 5      # the newest the log holds, until its owner says otherwise
+    wal.compact([job(1)])
+    wal.close()
+    rec = recover(directory, 0, 1)
+    assert list(rec) == [job(1)] and rec.max_epoch == 5
+    assert newest_epoch(directory, 0, 1) == 5
+    assert write(directory, [job(2)]) == [job(1)]   # an empty newest segment: the one before it speaks
+    assert newest_epoch(directory, 0, 1) == 5
+
+
+def test_a_version_1_log_is_continued_in_version_2(tmp_path):
+    directory = str(tmp_path)
+    head = struct.pack("<8sHHIIQQ", F.MAGIC, 1, 0, 0, 1, 1, 1234)
+    data = bytearray(head + struct.pack("<I", F.xxhash.xxh32_intdigest(head)))
+    for i in range(3):
+        body = F._packer.pack(job(i))
+        data += struct.pack("<III", len(body), F.length_check(len(body)), F.checksum(body, len(body))) + body
+    with open(os.path.join(directory, "00000001.log"), "wb") as f:
+        f.write(data)
+    assert write(directory, [job(3)]) == [job(0), job(1), job(2)]
+    rec = recover(directory, 0, 1)
+    assert list(rec) == [job(i) for i in range(4)] and rec.max_epoch == 0
+    with open(os.path.join(directory, "00000002.log"), "rb") as f:
+        assert F.read_header(f.read(F.HEADER_SIZE))[0].version == F.VERSION

@@ -68,23 +68,27 @@ class Deposed(ValueError):
     """Another node is the group's primary: this one must not serve it."""
 
 
-def take_primary(etcd: Etcd, ordinal: int, node: str, copy: bool) -> int:
+def take_primary(etcd: Etcd, ordinal: int, node: str, copy: bool, logged: int = 0) -> int:
     """At a primary's start: the group's record says ``node`` is primary (made
-    so if there is none yet, epoch 1) and lists no follower in sync (each is
-    listed again once it caught up with this process's stream); its epoch.
+    so if there is none yet) and lists no follower in sync (each is listed
+    again once it caught up with this process's stream); its epoch, never
+    below ``logged`` (the newest epoch the primary's log holds: a record
+    lost with etcd, or older than the log, starts again there, so followers
+    that saw that epoch still take the stream, and refuse a deposed one's).
     Deposed if another node is the primary."""
     while True:
         group, revision = read(etcd, ordinal)
         if group is None:
-            fresh = Group(primary=node, epoch=1, isr=[], copy=copy)
+            fresh = Group(primary=node, epoch=max(1, logged), isr=[], copy=copy)
             if swap(etcd, ordinal, 0, fresh):
-                return 1
+                return fresh["epoch"]
             continue
         if group["primary"] != node:
             raise Deposed(f"node {group['primary']} is the primary of shard {ordinal} (epoch "
                           f"{group['epoch']})")
-        if swap(etcd, ordinal, revision, Group(primary=node, epoch=group["epoch"], isr=[], copy=group["copy"])):
-            return group["epoch"]
+        epoch = max(group["epoch"], logged)
+        if swap(etcd, ordinal, revision, Group(primary=node, epoch=epoch, isr=[], copy=group["copy"])):
+            return epoch
 
 
 def isr_store(etcd: Etcd, ordinal: int, node: str, epoch: int) -> Callable[[List[str]], bool]:

@@ -173,7 +173,8 @@ class Durability:
             try:
                 os.close(read)
                 tmp, size, count = write_snapshot(self.directory, self.shard, self.shards, seq,
-                                                  engine.snapshot(), now, pause=_no_pause)
+                                                  engine.snapshot(), now, pause=_no_pause,
+                                                  epoch=wal.epoch)
                 os.write(write, msgpack.packb([tmp, size, count]))
                 status = 0
             finally:

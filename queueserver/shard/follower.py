@@ -35,6 +35,7 @@ from ..lifecycle import die_with_supervisor, settle_gc, setup_logging, stop_even
 from ..net import faults, linkauth
 from ..net.channel import FrameChannel
 from ..store import StoreError
+from ..store.segments import newest_epoch
 from .durability import Durability
 
 log = logging.getLogger("queueserver.follower")
@@ -57,6 +58,8 @@ class Copy:
         self._incoming: Optional[Durability] = None   # a snapshot being received
         self._appended = -1         # the position of what was appended (durable or not)
         self._committed = -1
+        #: the newest epoch of the copy kept on disk (a follower restarted refuses older streams)
+        self._kept_epoch = newest_epoch(directory, primary.ordinal, MAX_SHARDS)
 
     def _log(self, directory: str) -> Durability:
         return Durability(directory, self.primary.ordinal, MAX_SHARDS, self.fsync, 1000.0,
@@ -66,14 +69,20 @@ class Copy:
         return Engine(shard=self.primary.ordinal, shards=MAX_SHARDS)
 
     # -------------------------------------------------------- a new stream
-    def snapshot_part(self, base: int, events: List[Any], last: bool) -> bool:
-        """A part of the primary's live state; True once the last is in place."""
+    @property
+    def epoch(self) -> int:
+        """The newest epoch the copy's log holds records of (0: none)."""
+        return self.durability.wal.epoch if self.durability is not None else self._kept_epoch
+
+    def snapshot_part(self, base: int, events: List[Any], last: bool, epoch: int) -> bool:
+        """A part of the primary's live state (its stream's ``epoch``); True once the last is in place."""
         new = self.directory + ".new"
         if self._incoming is None:
             shutil.rmtree(new, ignore_errors=True)
             self._incoming = self._log(new)
             self._incoming.recover(self._engine())   # an empty log, opened for writing
         wal = self._incoming.wal
+        wal.epoch = epoch
         for event in events:
             wal.append(event)
         if not last:
@@ -95,12 +104,13 @@ class Copy:
         return True
 
     # ------------------------------------------------------- the stream
-    def apply(self, upto: int, events: List[Any]) -> None:
+    def apply(self, upto: int, events: List[Any], epoch: int) -> None:
         engine, durability = self.engine, self.durability
         if engine is None or durability is None:
             raise StoreError("events before the live state")   # the stream is broken: dial again
         events = [_as_tuples(event) for event in events]   # as a log's reader gives them
         engine.replay(events)
+        durability.wal.epoch = epoch
         append = durability.wal.append
         for event in events:
             append(event)
@@ -158,7 +168,8 @@ class Follower:
         self.addresses = [a for a in spec.candidates(primary.ordinal) if a != mine]
         self._at = 0
         self._channel: Optional[FrameChannel] = None
-        self.epoch = 0   # the highest epoch a stream came with: older ones are refused
+        #: the highest epoch a stream came with, or the copy's log holds: older ones are refused
+        self.epoch = copy.epoch
 
     def run(self) -> None:
         if faults.CUT_OFF_FILE is not None:
@@ -214,10 +225,10 @@ class Follower:
             op, args = frame[1], frame[2]
             if op == "rec":
                 self._check(args[2])
-                copy.apply(args[0], args[1])
+                copy.apply(args[0], args[1], args[2])
             elif op == "snap":
                 self._check(args[3])
-                if copy.snapshot_part(args[0], args[1], args[2]):
+                if copy.snapshot_part(args[0], args[1], args[2], args[3]):
                     log.info("following shard %s: the live state is in place at position %d",
                              self.primary.name, args[0])
                     acknowledge(args[0])

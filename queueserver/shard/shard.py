@@ -772,10 +772,14 @@ def _released(cluster: ShardInCluster, move: OutgoingMove, reply: Reply) -> None
     cluster.released(move)
 
 
-def take_group(replicator: Replicator, spec: ClusterSpec, ordinal: int, node: str, copy: bool) -> None:
+def take_group(durability: Durability, spec: ClusterSpec, ordinal: int, node: str, copy: bool) -> None:
     """A replicated cluster on etcd: say in the group's record that this node
-    is its primary, with no follower in sync yet, and take its epoch;
-    Deposed if another node is the primary."""
+    is its primary, with no follower in sync yet, and take its epoch (never
+    older than the newest its log holds: a record lost with etcd starts
+    again past it); its log's records and its stream's frames carry it from
+    now on. Deposed if another node is the primary."""
+    replicator = durability.replicator
+    assert replicator is not None   # a replicated cluster's shard
     if spec.etcd is None:
         return
     from ..cluster.coordination import CoordinationError, Etcd   # etcd's client: only where it is used
@@ -783,13 +787,13 @@ def take_group(replicator: Replicator, spec: ClusterSpec, ordinal: int, node: st
     etcd = Etcd(spec.etcd)
     while True:
         try:
-            epoch = take_primary(etcd, ordinal, node, copy)
+            epoch = take_primary(etcd, ordinal, node, copy, durability.wal.epoch)
             break
         except CoordinationError as err:
             log.warning("shard %d: etcd does not answer (%s); waiting to take the group's record",
                         ordinal, err)
             time.sleep(1.0)
-    replicator.epoch = epoch
+    replicator.epoch = durability.wal.epoch = epoch
     replicator.isr_store = isr_store(etcd, ordinal, node, epoch)
     log.info("shard %d is its group's primary at epoch %d%s", ordinal, epoch,
              " (serving its copy on this node)" if copy else "")
@@ -857,7 +861,7 @@ def main(argv: Optional[List[str]] = None) -> None:
             cluster.bind()
             if shard.durability is not None and shard.durability.replicator is not None:
                 try:
-                    take_group(shard.durability.replicator, cluster.spec, cluster.me.ordinal, args.node,
+                    take_group(shard.durability, cluster.spec, cluster.me.ordinal, args.node,
                                args.ordinal is not None)
                 except ValueError as err:   # groups.Deposed: another node was promoted meanwhile
                     log.warning("shard %d does not start here: %s", cluster.me.ordinal, err)

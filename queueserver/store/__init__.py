@@ -8,12 +8,14 @@ replays its log into a fresh engine.
 Files
     ``DATA/shard-N/`` holds numbered segments ``00000001.log``,
     ``00000002.log``, ... Each starts with a 40-byte header: the magic bytes
-    ``QSJOBLOG``, the format version (1), flags (bit 0: a *snapshot*), the
-    shard index and the shard count it belongs to, its sequence number, its
-    creation time (µs) and an xxh32 of all that. Then records, each framed
-    as body length (u32), a check of the length (u32: its xxh32), a
-    checksum of the body (u32: the low half of its xxh3_64, seeded with the
-    length) and the msgpack body (the event tuple). The length's own check
+    ``QSJOBLOG``, the format version (2; version 1 is still read), flags
+    (bit 0: a *snapshot*), the shard index and the shard count it belongs
+    to, its sequence number, its creation time (µs) and an xxh32 of all
+    that. Then records, each framed as body length (u32), a check of the
+    length (u32: its xxh32), a checksum of the body (u32: the low half of
+    its xxh3_64, seeded with the length and the epoch), the epoch of the
+    shard group's primary that wrote it (u32; 0 outside a replicated
+    cluster) and the msgpack body (the event tuple). The length's own check
     lets a torn write be told from damage: a record whose verified length
     runs past the end of the file was cut short, whatever its payload
     holds. A segment is created under a ``.tmp`` name and renamed once its

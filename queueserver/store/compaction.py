@@ -54,7 +54,7 @@ def _direct(func: Callable[..., _T], *args: Any) -> _T:
 
 def write_snapshot(directory: str, shard: int, shards: int, seq: int, records: Iterable[Sequence[Any]],
                    created_us: int, run: Runner = _direct, chunk_records: int = 1000,
-                   pause: Callable[[], object] = gevent.sleep) -> Tuple[str, int, int]:
+                   pause: Callable[[], object] = gevent.sleep, epoch: int = 0) -> Tuple[str, int, int]:
     """Write ``records`` as snapshot ``seq`` under its temporary name, fsynced.
 
     Records are encoded ``chunk_records`` at a time, each chunk written by
@@ -62,6 +62,7 @@ def write_snapshot(directory: str, shard: int, shards: int, seq: int, records: I
     (a yield to the event loop) between chunks so the shard keeps serving; a
     forked child that writes alone passes a pause that does nothing. Returns
     the temporary path, its size and the record count; the caller installs it.
+    Its records carry ``epoch``: the log's when it was cut (see :mod:`.format`).
     """
     tmp = os.path.join(directory, segment_name(seq) + TMP_SUFFIX)
     fd = run(os.open, tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -69,7 +70,7 @@ def write_snapshot(directory: str, shard: int, shards: int, seq: int, records: I
     try:
         chunk = bytearray(F.encode_header(shard, shards, seq, created_us, base=True))
         for record in records:
-            chunk += F.encode_record(record)
+            chunk += F.encode_record(record, epoch)
             count += 1
             if count % chunk_records == 0:
                 run(write_all, fd, bytes(chunk))

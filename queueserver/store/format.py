@@ -5,11 +5,19 @@ Header (40 bytes, little-endian)::
     magic "QSJOBLOG" | version u16 | flags u16 | shard u32 | shards u32 |
     seq u64 | created µs u64 | xxh32 of the 36 bytes before it
 
-Record frame (12 bytes, then the body)::
+Record frame (16 bytes, then the body)::
 
-    body length u32 | xxh32 of the length u32 | checksum u32 | msgpack body
+    body length u32 | xxh32 of the length u32 | checksum u32 | epoch u32 | msgpack body
 
-The checksum is the low 32 bits of xxh3_64(body, seed=length). The length
+The checksum is the low 32 bits of xxh3_64(body, seed=length + epoch << 32).
+The epoch is the shard group's (see :mod:`queueserver.cluster.groups`) under
+which the record was written: 0 outside a replicated cluster, else the
+epoch of the primary that logged it (a follower's copy keeps the epoch of
+the stream it came in). A log thus says which primary wrote each record,
+and a process knows from its own log the newest epoch it has seen, so a
+restarted follower refuses the stream of a primary deposed before it
+(fencing), and a group record lost with etcd starts again past it.
+Version 1 segments (12-byte frames, no epoch: epoch 0) are still read. The length
 has a check of its own so that a verified length can be trusted: a record
 whose verified length runs past the end of the file is a torn write, and
 nothing inside it (a payload may hold any bytes, even frames) is mistaken
@@ -33,7 +41,8 @@ import msgpack
 import xxhash
 
 MAGIC = b"QSJOBLOG"
-VERSION = 1
+VERSION = 2                        # what is written
+READABLE = (1, 2)                  # what is read: version 1 frames have no epoch
 FLAG_BASE = 1                      # a snapshot: replay starts at the newest one
 
 _HEAD = struct.Struct("<8sHHIIQQ")  # magic, version, flags, shard, shards, seq, created
@@ -41,8 +50,10 @@ _HEAD_SUM = struct.Struct("<I")
 HEADER_SIZE = _HEAD.size + _HEAD_SUM.size
 _VERSION_END = 10                  # bytes needed to read the version
 
-FRAME = struct.Struct("<III")      # body length, length check, body checksum
+FRAME = struct.Struct("<IIII")     # body length, length check, body checksum, epoch
 FRAME_SIZE = FRAME.size
+FRAME_V1 = struct.Struct("<III")   # version 1: no epoch
+MAX_EPOCH = 0xFFFFFFFF
 MAX_RECORD = 256 * 1024 * 1024     # a sane bound for a length field
 
 # Why a scan stopped.
@@ -83,21 +94,21 @@ def encode_header(shard: int, shards: int, seq: int, created_us: int, base: bool
     return head + _HEAD_SUM.pack(xxhash.xxh32_intdigest(head))
 
 
-def checksum(body: Buffer, length: int) -> int:
-    return xxhash.xxh3_64_intdigest(body, seed=length) & 0xFFFFFFFF
+def checksum(body: Buffer, length: int, epoch: int = 0) -> int:
+    return xxhash.xxh3_64_intdigest(body, seed=length + (epoch << 32)) & 0xFFFFFFFF
 
 
 def length_check(length: int) -> int:
     return xxhash.xxh32_intdigest(length.to_bytes(4, "little"), seed=0x51534C47)
 
 
-def encode_record(record: Sequence[Any]) -> bytes:
-    """One frame: length, checksum, msgpack body (bytes stay bytes, str stays str)."""
+def encode_record(record: Sequence[Any], epoch: int = 0) -> bytes:
+    """One frame: length, checksum, epoch, msgpack body (bytes stay bytes, str stays str)."""
     body: bytes = _packer.pack(record)
     length = len(body)
     if length > MAX_RECORD:
         raise ValueError(f"record of {length} bytes exceeds the log's limit of {MAX_RECORD}")
-    return FRAME.pack(length, length_check(length), checksum(body, length)) + body
+    return FRAME.pack(length, length_check(length), checksum(body, length, epoch), epoch) + body
 
 
 def decode_body(body: Buffer) -> Any:
@@ -119,9 +130,10 @@ def read_header(buf: Buffer) -> Tuple[Optional[Header], Optional[Stop]]:
     if size < _VERSION_END:
         return None, Stop(TORN, 0, f"file of {size} bytes is shorter than its header")
     version = int.from_bytes(head[8:10], "little")
-    if version != VERSION:
+    if version not in READABLE:
         return None, Stop(VERSION_UNKNOWN, 0,
-                          f"log format version {version}, but this build reads version {VERSION} only")
+                          f"log format version {version}, but this build reads versions "
+                          f"{', '.join(map(str, READABLE))} only")
     if size < HEADER_SIZE:
         return None, Stop(TORN, 0, f"file of {size} bytes is shorter than its header")
     (expected,) = _HEAD_SUM.unpack_from(head, _HEAD.size)
@@ -140,34 +152,47 @@ def check_owner(header: Header, shard: int, shards: int) -> Optional[Stop]:
                                 f"but this is shard {shard} of {shards}")
 
 
-def frame_at(buf: memoryview, pos: int) -> Tuple[int, Any, str, int]:
-    """Decode the frame at ``pos``: ``(end, record, "", end)`` or, when it is
-    not valid, ``(-1, None, why, where it ends: -1 if its length is damaged)``."""
+class Layout(NamedTuple):
+    """How a segment's frames are laid out (by its header's version)."""
+    frame: struct.Struct
+    epochs: bool       # the frame's fourth field is the epoch
+
+
+LAYOUTS = {1: Layout(FRAME_V1, False), 2: Layout(FRAME, True)}
+
+
+def frame_at(buf: memoryview, pos: int, layout: Layout = LAYOUTS[VERSION]) -> Tuple[int, Any, str, int, int]:
+    """Decode the frame at ``pos``: ``(end, record, "", end, epoch)`` or, when
+    it is not valid, ``(-1, None, why, where it ends: -1 if its length is damaged, 0)``."""
     size = len(buf)
-    if size - pos < FRAME_SIZE:
-        return -1, None, f"incomplete record frame ({size - pos} of {FRAME_SIZE} bytes)", -1
-    length, check, expected = FRAME.unpack_from(buf, pos)
+    frame = layout.frame
+    if size - pos < frame.size:
+        return -1, None, f"incomplete record frame ({size - pos} of {frame.size} bytes)", -1, 0
+    if layout.epochs:
+        length, check, expected, epoch = frame.unpack_from(buf, pos)
+    else:
+        (length, check, expected), epoch = frame.unpack_from(buf, pos), 0
     if check != length_check(length):
-        return -1, None, "damaged record length", -1
+        return -1, None, "damaged record length", -1, 0
     if length == 0 or length > MAX_RECORD:
-        return -1, None, f"impossible record length {length}", -1
-    end = pos + FRAME_SIZE + length
+        return -1, None, f"impossible record length {length}", -1, 0
+    end = pos + frame.size + length
     if end > size:
-        return -1, None, f"incomplete record ({size - pos} of {FRAME_SIZE + length} bytes)", end
-    body = buf[pos + FRAME_SIZE:end]
+        return -1, None, f"incomplete record ({size - pos} of {frame.size + length} bytes)", end, 0
+    body = buf[pos + frame.size:end]
     try:
-        if checksum(body, length) != expected:
-            return -1, None, "checksum mismatch", end
+        if checksum(body, length, epoch) != expected:
+            return -1, None, "checksum mismatch", end, 0
         try:
             record = decode_body(body)
         except Exception as err:  # msgpack raises several kinds for bad input
-            return -1, None, f"undecodable record ({type(err).__name__})", end
+            return -1, None, f"undecodable record ({type(err).__name__})", end, 0
     finally:
         body.release()
-    return end, record, "", end
+    return end, record, "", end, epoch
 
 
-def next_valid(buf: memoryview, start: int) -> Optional[int]:
+def next_valid(buf: memoryview, start: int, layout: Layout = LAYOUTS[VERSION]) -> Optional[int]:
     """The first offset from ``start`` on where a valid record starts, if any.
 
     This tells a torn tail (nothing valid after the damage: the last write
@@ -175,11 +200,12 @@ def next_valid(buf: memoryview, start: int) -> Optional[int]:
     data would be lost by cutting there).
     """
     size = len(buf)
-    unpack = FRAME.unpack_from
-    for p in range(start, size - FRAME_SIZE):
+    unpack = FRAME_V1.unpack_from   # the length and its check lead every layout's frame
+    frame_size = layout.frame.size
+    for p in range(start, size - frame_size):
         length, check, _ = unpack(buf, p)
-        if 0 < length <= size - p - FRAME_SIZE and check == length_check(length) \
-                and frame_at(buf, p)[0] > 0:
+        if 0 < length <= size - p - frame_size and check == length_check(length) \
+                and frame_at(buf, p, layout)[0] > 0:
             return p
     return None
 
@@ -200,6 +226,8 @@ class Scan:
         self.stop: Optional[Stop] = None
         self.end = 0
         self.records = 0
+        self.epoch = 0        # the epoch of the record just yielded
+        self.max_epoch = 0    # the highest epoch of the records yielded so far
 
     def __iter__(self) -> Generator[Tuple[int, Any], None, None]:
         buf = memoryview(self._buf)
@@ -209,19 +237,24 @@ class Scan:
                 self.stop = check_owner(self.header, self.shard, self.shards)
             if self.stop is not None:
                 return
+            assert self.header is not None   # read_header gives a header or a stop
+            layout = LAYOUTS[self.header.version]
             pos = self.end = HEADER_SIZE
             size = len(buf)
             while pos < size:
-                end, record, why, span = frame_at(buf, pos)
+                end, record, why, span, epoch = frame_at(buf, pos, layout)
                 if end < 0:
                     if span > size:     # a verified length past the end: a cut write
                         resume = None
                     else:               # after the bad record, or anywhere if its length is bad
-                        resume = next_valid(buf, span if span > 0 else pos + 1)
+                        resume = next_valid(buf, span if span > 0 else pos + 1, layout)
                     kind = TORN if resume is None else CORRUPT
                     self.stop = Stop(kind, pos, why, resume)
                     return
                 self.records += 1
+                self.epoch = epoch
+                if epoch > self.max_epoch:
+                    self.max_epoch = epoch
                 yield pos, record
                 pos = self.end = end
             self.stop = Stop(END, pos, "end of file")

@@ -147,6 +147,7 @@ class Recovery:
         self.seconds = 0.0
         self.bytes = 0
         self.truncated: Optional[str] = None      # the torn-tail warning, if any
+        self.max_epoch = 0   # the highest epoch a record was written under (see .format)
         #: seq -> (size, is snapshot) of every segment kept, after recovery
         self.files: Dict[int, Tuple[int, bool]] = {}
         self.max_seq = 0
@@ -226,6 +227,7 @@ class Recovery:
                         yield record
                 finally:
                     records.close()  # releases its view of the map before the map closes
+                    self.max_epoch = max(self.max_epoch, scan.max_epoch)
         stop = scan.stop
         assert stop is not None   # set when the scan ends
         if stop.kind == F.END:
@@ -250,6 +252,20 @@ class Recovery:
             os.close(fd)
         self.files[seq] = (stop.offset, header.base)
         self.bytes += stop.offset
+
+
+def newest_epoch(directory: str, shard: int, shards: int) -> int:
+    """The epoch of the newest record in ``directory``'s log (0: none), read
+    from its newest segment that holds a valid record, without a replay: a
+    log's epochs never decrease."""
+    for _, path in reversed(list_segments(directory) if os.path.isdir(directory) else []):
+        with open(path, "rb") as f:
+            scan = F.Scan(f.read(), shard, shards)
+        for _ in scan:
+            pass
+        if scan.records:
+            return scan.max_epoch
+    return 0
 
 
 def recover(directory: str, shard: int, shards: int) -> Recovery:

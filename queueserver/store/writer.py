@@ -187,6 +187,9 @@ class AppendLog:
         self._closing = False
         self._closed = False
         self._compacting = False
+        #: the epoch records are written under (see .format): the newest the log holds
+        #: until its owner says otherwise (a primary takes its group's, a copy its stream's)
+        self.epoch = recovery.max_epoch
         #: the error the log is failing with, None while it works
         self.error: Optional[WriteFailed] = None
         # counters
@@ -239,7 +242,7 @@ class AppendLog:
         """Buffer one record (a msgpack-able tuple); it is written soon, in order."""
         if self._closing:
             raise StoreError(f"{self.directory}: the log is closed")
-        frame = F.encode_record(record)
+        frame = F.encode_record(record, self.epoch)
         pending = self._pending
         tail = pending[-1] if pending else None
         if tail is None or type(tail) is not _Chunk or tail.sealed:
@@ -296,7 +299,8 @@ class AppendLog:
         try:
             tmp, size, count = write_snapshot(
                 self.directory, self.shard, self.shards, snap_seq, snapshot_records,
-                time.time_ns() // 1000, run=self._run_raising, chunk_records=chunk_records)
+                time.time_ns() // 1000, run=self._run_raising, chunk_records=chunk_records,
+                epoch=self.epoch)
         except OSError as err:
             self._compacting = False
             raise WriteFailed(os.path.join(self.directory, segment_name(snap_seq)), err) from err
