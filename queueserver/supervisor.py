@@ -332,7 +332,7 @@ class Supervisor:
         cluster = self.cluster
         if cluster is None or not cluster.replicas or cluster.etcd is None:
             return
-        from .cluster.coordination import CoordinationError, Etcd
+        from .cluster.coordination import AuthenticationError, CoordinationError, Etcd
         from .cluster.groups import read_all
         from .cluster.roles import FailoverWatch, plan
         assert self.config.node is not None
@@ -341,6 +341,8 @@ class Supervisor:
             try:
                 groups = read_all(self.etcd)
                 break
+            except AuthenticationError as err:   # etcd came back, and refuses the file's credentials
+                raise StartupError(str(err)) from None
             except CoordinationError as err:
                 log.warning("etcd does not answer (%s); a replicated node starts once it does", err)
                 time.sleep(1.0)

@@ -33,7 +33,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 from urllib.parse import urlsplit
 
 import etcd3gw
@@ -131,7 +131,7 @@ class Etcd:
             self._log_in(i, token)
         return what(client)
 
-    def _log_in(self, i: int, stale: Any) -> None:
+    def _log_in(self, i: int, stale: Union[str, bytes, None]) -> None:
         """A fresh token for endpoint ``i``, unless another thread got one
         since ``stale`` was the token in use."""
         client, user = self._clients[i], self.spec.user
