@@ -332,7 +332,7 @@ class Supervisor:
         cluster = self.cluster
         if cluster is None or not cluster.replicas or cluster.etcd is None:
             return
-        from .cluster.coordination import CoordinationError, Etcd
+        from .cluster.coordination import AuthenticationError, CoordinationError, Etcd
         from .cluster.groups import read_all
         from .cluster.roles import FailoverWatch, plan
         assert self.config.node is not None
@@ -341,6 +341,8 @@ class Supervisor:
             try:
                 groups = read_all(self.etcd)
                 break
+            except AuthenticationError as err:   # etcd came back, and refuses the file's credentials
+                raise StartupError(str(err)) from None
             except CoordinationError as err:
                 log.warning("etcd does not answer (%s); a replicated node starts once it does", err)
                 time.sleep(1.0)
@@ -480,6 +482,9 @@ class Supervisor:
                                    f"({', '.join(n.name for n in spec.nodes)}) this server is")
             node = spec.node(config.node)
             linkauth.load_secret(spec.secret_file)   # checked here: one line, before any child
+            if spec.etcd is not None and spec.etcd.password_file is not None:
+                from .cluster.etcdlogin import load_password   # etcd's client: only where it is used
+                load_password(spec.etcd.password_file)
             if spec.tls is not None:
                 linkauth.server_context(spec.tls.cert, spec.tls.key, spec.tls.ca)
                 linkauth.client_context(spec.tls.cert, spec.tls.key, spec.tls.ca)
@@ -495,6 +500,7 @@ class Supervisor:
         if "shards" in config.explicit and config.shards != node.shards:
             raise StartupError(f"node {node.name} has {node.shards} shards in {spec.path}, not "
                                f"{config.shards}; drop --shards (the cluster file decides)")
+        self._check_etcd_login(spec)
         config.shards = node.shards
         config.explicit.add("shards")
         if "bind" not in config.explicit:
@@ -507,6 +513,23 @@ class Supervisor:
         self.cluster = spec
         log.info("node %s of cluster %s: %d shards, shard links on %s:%d..%d", node.name, spec.path,
                  node.shards, node.host, node.link_port, node.link_port + node.shards - 1)
+
+    def _check_etcd_login(self, spec: ClusterSpec) -> None:
+        """Credentials that etcd refuses stop the start, in one line, before
+        any process; an etcd that does not answer yet does not (the node
+        starts and registers once it does)."""
+        if spec.etcd is None or spec.etcd.user is None:
+            return
+        from .cluster.coordination import AuthenticationError, CoordinationError, Etcd
+        etcd = Etcd(spec.etcd)
+        try:
+            etcd.log_in()
+        except AuthenticationError as err:
+            raise StartupError(str(err)) from None
+        except CoordinationError as err:
+            log.warning("etcd does not answer (%s); its credentials are checked once it does", err)
+        finally:
+            etcd.close()
 
     def _bind(self) -> None:
         """Bind and listen on every enabled protocol's port; every port that

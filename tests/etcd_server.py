@@ -4,7 +4,10 @@ this module runs it too when the binary is missing), started on free
 loopback ports with its own data directory and stopped by the test."""
 from __future__ import annotations
 
+import base64
+import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -12,7 +15,7 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import pytest
 
@@ -40,9 +43,11 @@ def _free_port(host: str = "127.0.0.1") -> int:
 class EtcdServer:
     """One etcd member on loopback; ``endpoint`` is its client URL."""
 
-    def __init__(self, directory: Path, name: str = "default") -> None:
+    def __init__(self, directory: Path, name: str = "default", options: Sequence[str] = ()) -> None:
+        """``options``: more of etcd's flags (e.g. ``--auth-token-ttl 2``)."""
         self.directory = directory
         self.name = name
+        self.options = list(options)
         self.client_port = _free_port()
         self.peer_port = _free_port()
         self.endpoint = f"http://127.0.0.1:{self.client_port}"
@@ -58,7 +63,7 @@ class EtcdServer:
                 "--listen-client-urls", self.endpoint, "--advertise-client-urls", self.endpoint,
                 "--listen-peer-urls", self.peer, "--initial-advertise-peer-urls", self.peer,
                 "--initial-cluster", cluster, "--initial-cluster-token", f"qs-{self.directory.name}",
-                "--log-level", "warn"]
+                "--log-level", "warn", *self.options]
 
     def start(self, timeout: float = 20.0, wait: bool = True) -> "EtcdServer":
         with open(self.log_path, "ab") as log:
@@ -122,3 +127,40 @@ def etcd_cluster(directory: Path, size: int = 3) -> List[EtcdServer]:
     for member in members:
         member.start_wait()
     return members
+
+
+def gateway(server: EtcdServer, path: str, body: Dict[str, Any], token: Optional[str] = None) -> Dict[str, Any]:
+    """One request to ``server``'s v3 JSON gateway (``path`` after ``/v3``), as
+    etcdctl would make it; its answer, or HTTPError (its body: etcd's reason)."""
+    request = urllib.request.Request(server.endpoint + "/v3" + path, json.dumps(body).encode(), method="POST",
+                                     headers={"Authorization": token} if token else {})
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        result: Dict[str, Any] = json.loads(answer.read())
+        return result
+
+
+def enable_auth(server: EtcdServer, user: str, password: str, prefix: str) -> str:
+    """Turn authentication on in ``server`` as an operator would: a root user
+    (etcd 3.4 wants one first), and ``user`` with a role that may read and
+    write the keys under ``prefix``; root's password."""
+    root = secrets.token_hex(8)
+
+    def b64(text: str) -> str:
+        return base64.b64encode(text.encode()).decode()
+
+    end = prefix[:-1] + chr(ord(prefix[-1]) + 1)   # the range of every key starting with prefix
+    for path, body in [("/auth/user/add", {"name": "root", "password": root}),
+                       ("/auth/user/grant", {"user": "root", "role": "root"}),
+                       ("/auth/user/add", {"name": user, "password": password}),
+                       ("/auth/role/add", {"name": f"{user}-rw"}),
+                       ("/auth/role/grant", {"name": f"{user}-rw", "perm": {
+                           "permType": "READWRITE", "key": b64(prefix), "range_end": b64(end)}}),
+                       ("/auth/user/grant", {"user": user, "role": f"{user}-rw"}),
+                       ("/auth/enable", {})]:
+        gateway(server, path, body)
+    return root
+
+
+def root_token(server: EtcdServer, root_password: str) -> str:
+    """A token of etcd's root user (to act on the cluster's keys behind its back)."""
+    return str(gateway(server, "/auth/authenticate", {"name": "root", "password": root_password})["token"])

@@ -57,7 +57,7 @@ def test_the_cluster_file_names_etcd(tmp_path: Path) -> None:
             ("[etcd]\nendpoints = ['http://h:1']\nlease_ttl = 1", "lease_ttl must be whole seconds"),
             ("[etcd]\nendpoints = ['http://h:1']\nprefix = 'x'", "prefix must be a key path"),
             ("[etcd]\nendpoints = ['http://h:1']\ncert = 'c'", "cert and key go together"),
-            ("[etcd]\nendpoints = ['http://h:1']\nuser = 'u'", "unknown key user")]:
+            ("[etcd]\nendpoints = ['http://h:1']\nusername = 'u'", "unknown key username")]:
         with pytest.raises(ClusterError, match=message):
             load_cluster(str(_cluster_file(tmp_path, table)))
 

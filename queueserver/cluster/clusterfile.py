@@ -16,6 +16,9 @@ NAME``)::
                                      # about this long)
     # ca, cert, key: TLS to etcd with a client certificate (etcd's
     # --client-cert-auth is its authentication)
+    # user = "qs"                    # an etcd with authentication on: its
+    # password_file = "etcd.password"  # user, and a file (mode 0600) with
+    #                                # the password on its first line
 
     replicas = 1                     # optional: followers of each shard
                                      # on other nodes (0, 1 or 2); a node
@@ -70,6 +73,8 @@ class EtcdSpec:
     ca: Optional[str] = None
     cert: Optional[str] = None
     key: Optional[str] = None
+    user: Optional[str] = None            # etcd's authentication: who we are,
+    password_file: Optional[str] = None   # and where the password is (read at each login)
 
 
 @dataclass(frozen=True)
@@ -283,7 +288,7 @@ def load_cluster(path: str) -> ClusterSpec:
     return spec
 
 
-_ETCD_KEYS = ("endpoints", "prefix", "lease_ttl", "ca", "cert", "key")
+_ETCD_KEYS = ("endpoints", "prefix", "lease_ttl", "ca", "cert", "key", "user", "password_file")
 
 
 def _etcd(path: str, raw: Any) -> EtcdSpec:
@@ -311,8 +316,15 @@ def _etcd(path: str, raw: Any) -> EtcdSpec:
     ttl = raw.get("lease_ttl", 3)
     if not isinstance(ttl, int) or isinstance(ttl, bool) or not 2 <= ttl <= 300:
         raise ClusterError(f"{where}: lease_ttl must be whole seconds from 2 to 300, got {ttl!r}")
-    files = {k: _relative(path, raw[k], f"{where} {k}") for k in ("ca", "cert", "key") if k in raw}
+    files = {k: _relative(path, raw[k], f"{where} {k}") for k in ("ca", "cert", "key", "password_file")
+             if k in raw}
     if ("cert" in files) != ("key" in files):
         raise ClusterError(f"{where}: cert and key go together (a client certificate and its key)")
+    user = raw.get("user")
+    if ("user" in raw) != ("password_file" in files):
+        raise ClusterError(f"{where}: user and password_file go together (etcd's user and a file "
+                           f"holding its password)")
+    if user is not None and (not isinstance(user, str) or not user or not user.isprintable()):
+        raise ClusterError(f"{where}: user must be the name of an etcd user, got {user!r}")
     return EtcdSpec(tuple(endpoints), prefix.rstrip("/"), ttl, files.get("ca"), files.get("cert"),
-                    files.get("key"))
+                    files.get("key"), user, files.get("password_file"))

@@ -22,7 +22,9 @@ again with a new lease, and each change of state is one log line.
 :func:`live_nodes` is what ``queueserver cluster status`` reads.
 
 Endpoints are tried in the order the file gives them; the first that
-answers is kept until it fails.
+answers is kept until it fails. With ``[etcd] user`` and ``password_file``
+each endpoint is logged in to on first use, and again when etcd no longer
+takes its token (:mod:`.etcdlogin`).
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 from urllib.parse import urlsplit
 
 import etcd3gw
@@ -41,7 +43,8 @@ from etcd3gw.utils import _encode
 from requests.exceptions import RequestException
 
 from ..net import faults
-from .clusterfile import EtcdSpec
+from .clusterfile import ClusterError, EtcdSpec
+from .etcdlogin import LoginRefused, etcd_answer, load_password, log_in, token_refused
 
 log = logging.getLogger("queueserver.cluster")
 
@@ -53,6 +56,11 @@ Result = TypeVar("Result")
 
 class CoordinationError(Exception):
     """No etcd endpoint answered (each one's failure in the message)."""
+
+
+class AuthenticationError(CoordinationError):
+    """etcd refused the cluster file's user and password, or the password
+    file cannot be read: a mistake to correct, not an outage to wait out."""
 
 
 class Etcd:
@@ -70,6 +78,10 @@ class Etcd:
                 api_path="/v3/"))
         self._current = 0
         self._lock = threading.Lock()
+        #: per endpoint: whether it was logged in to (a token in its session's
+        #: headers, or none where etcd has authentication off)
+        self._logged_in = [False] * len(self._clients)
+        self._login_lock = threading.Lock()
 
     def call(self, what: Callable[[etcd3gw.Etcd3Client], Result]) -> Result:
         """``what(client)`` on the first endpoint that answers; CoordinationError if none does."""
@@ -81,14 +93,66 @@ class Etcd:
         for step in range(len(self._clients)):
             i = (start + step) % len(self._clients)
             try:
-                result = what(self._clients[i])
-            except (RequestException, Etcd3Exception) as err:
+                result = self._on(i, what)
+            except RequestException as err:
                 failures.append(f"{self.spec.endpoints[i]}: {type(err).__name__}: {str(err)[:200]}")
+                continue
+            except Etcd3Exception as err:
+                hint = " (its authentication is on: set [etcd] user and password_file)" \
+                    if self.spec.user is None and token_refused(err) else ""
+                failures.append(f"{self.spec.endpoints[i]}: {etcd_answer(err)[1]}{hint}")
                 continue
             with self._lock:
                 self._current = i
             return result
         raise CoordinationError("no etcd endpoint answered (" + "; ".join(failures) + ")")
+
+    def log_in(self) -> None:
+        """Log in to the first endpoint that answers (a check of the
+        credentials): AuthenticationError if etcd refuses them,
+        CoordinationError if no endpoint answers."""
+        self.call(lambda client: None)
+
+    def _on(self, i: int, what: Callable[[etcd3gw.Etcd3Client], Result]) -> Result:
+        """``what`` on endpoint ``i``: logged in first when the file names a
+        user, and once more (then repeated) when etcd no longer takes the token."""
+        client = self._clients[i]
+        if self.spec.user is None:
+            return what(client)
+        token = client.session.headers.get("Authorization")
+        if not self._logged_in[i]:
+            self._log_in(i, token)
+        else:
+            try:
+                return what(client)
+            except Etcd3Exception as err:
+                if not token_refused(err):
+                    raise
+            self._log_in(i, token)
+        return what(client)
+
+    def _log_in(self, i: int, stale: Union[str, bytes, None]) -> None:
+        """A fresh token for endpoint ``i``, unless another thread got one
+        since ``stale`` was the token in use."""
+        client, user = self._clients[i], self.spec.user
+        assert user is not None and self.spec.password_file is not None
+        with self._login_lock:
+            if self._logged_in[i] and client.session.headers.get("Authorization") != stale:
+                return
+            endpoint = self.spec.endpoints[i]
+            try:
+                token = log_in(client, user, load_password(self.spec.password_file))
+            except ClusterError as err:
+                raise AuthenticationError(str(err)) from None
+            except LoginRefused as err:
+                raise AuthenticationError(f"etcd at {endpoint}: authentication failed for user "
+                                          f"{user!r}: {err}") from None
+            if token is None:
+                client.session.headers.pop("Authorization", None)
+                log.warning("etcd at %s has authentication off: [etcd] user %r is not used", endpoint, user)
+            else:
+                client.session.headers["Authorization"] = token
+            self._logged_in[i] = True
 
     def key(self, *parts: str) -> str:
         return "/".join([self.spec.prefix.rstrip("/"), *parts])

@@ -26,15 +26,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import os
 import secrets
 import socket
 import ssl
-import stat
 import time
 from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
 import gevent.ssl
+
+from ..privatefile import PrivateFileError, read_private
 
 if TYPE_CHECKING:
     from ..cluster.clusterfile import TLSFiles
@@ -74,23 +74,11 @@ def load_secret(path: str) -> bytes:
     read it can open links to every shard.
     """
     try:
-        with open(path, "rb") as f:
-            mode = os.fstat(f.fileno()).st_mode   # of the file read, not of a name that may change
-            if not stat.S_ISREG(mode):
-                raise SecretError(f"shared secret {path} is not a regular file: point to the secret file")
-            data = f.read()
-    except FileNotFoundError:
-        raise SecretError(f"shared secret file {path} does not exist: create it with at least "
-                          f"{MIN_SECRET} random bytes (e.g. `head -c 32 /dev/urandom | base64`) "
-                          f"and chmod 600 it") from None
-    except IsADirectoryError:
-        raise SecretError(f"shared secret {path} is a directory: point to the secret file") from None
-    except OSError as exc:
-        raise SecretError(f"cannot read shared secret file {path} ({exc.strerror}): "
-                          f"make it readable by the server's user") from None
-    if stat.S_IMODE(mode) & 0o077:
-        raise SecretError(f"shared secret file {path} is accessible by group or others "
-                          f"(mode {stat.S_IMODE(mode):04o}): chmod 600 it")
+        data = read_private(path, "shared secret file",
+                            f"create it with at least {MIN_SECRET} random bytes "
+                            f"(e.g. `head -c 32 /dev/urandom | base64`) and chmod 600 it")
+    except PrivateFileError as err:
+        raise SecretError(str(err)) from None
     secret = data.rstrip()
     if len(secret) < MIN_SECRET:
         raise SecretError(f"shared secret in {path} is {len(secret)} bytes: it needs at least "
