@@ -22,9 +22,14 @@ from serverproc import wait_for
 from test_failover import in_sync, names_on, replicated
 
 
+def control(nodes: Nodes, name: str) -> str:
+    """Node ``name``'s router's control socket."""
+    return os.path.join(str(nodes.procs[name].runtime_dir), "router-0.ctl")
+
+
 def router_state(nodes: Nodes, name: str) -> Dict[str, Any]:
     """What node ``name``'s router holds, as its control socket answers."""
-    return ask(os.path.join(str(nodes.procs[name].runtime_dir), "router-0.ctl"), ["cluster", "state"], 5.0)
+    return ask(control(nodes, name), ["cluster", "state"], 5.0)
 
 
 def owner(state: Dict[str, Any], slot: int) -> Tuple[int, int]:
@@ -86,6 +91,11 @@ def test_a_failover_reaches_routers_from_etcd_not_by_probing(tmp_path: Path, etc
         assert state["etcd_primary_switches"] == 1
         index, first, current, up, epoch = state["links"][0]
         assert (first, current, up, epoch) == (b_place, b_place, True, 2)
+        # A primary older than one etcd named is not followed back.
+        stale = ["cluster", "view", None, [[0, 1, "a", False]]]
+        assert ask(control(nodes, "c"), stale) == {"taken": True}
+        state = router_state(nodes, "c")
+        assert state["links"][0][1:] == [b_place, b_place, True, 2] and state["etcd_primary_switches"] == 1
 
 
 def test_a_slot_map_written_to_etcd_reaches_routers_and_older_news_never_undoes_newer(
@@ -111,6 +121,9 @@ def test_a_slot_map_written_to_etcd_reaches_routers_and_older_news_never_undoes_
                 assert owner(router_state(nodes, name), 50) == (1, 1000)
         finally:
             store.close()
+        refused = ask(control(nodes, "a"), ["cluster", "view", [[0, 99999, 1, 5]], []])
+        assert refused["error"] == ("cluster view refused: slot map run [0, 99999, 1, 5] is not "
+                                    "[start, end, ordinal, epoch] within 16384 slots")
         # The shards stay the truth: a queue of slot 0-99 is sent to shard 1,
         # which answers MOVED; the router asks every shard and is served by 0.
         queue = next(name for name in (f"q-{i}" for i in range(100_000)) if slot_of(name) < 100)

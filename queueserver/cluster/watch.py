@@ -52,6 +52,7 @@ from requests import Response
 from requests.exceptions import RequestException
 
 from ..metrics.control import ask
+from ..net import faults
 from .clusterfile import EtcdSpec
 from .coordination import REQUEST_TIMEOUT, CoordinationError, Etcd
 from .groups import Group, decode as decode_group
@@ -194,6 +195,8 @@ class ClusterWatch:
             if self._stop.is_set():
                 return
             for line in stream.iter_lines():
+                if faults.cut_off():
+                    raise WatchEnded("cut off by fault injection")
                 if not line.strip():
                     continue
                 chunk: Any = json.loads(line)

@@ -217,6 +217,9 @@ class ShardLink:
                     self.path = self.paths[(self.paths.index(tried) + 1) % len(self.paths)]
                 self._pause(RECONNECT_DELAY)
                 continue
+            if self.path != tried:   # etcd named another place meanwhile: go there
+                sock.close()
+                continue
             # Frames from a shard are handled before client requests that
             # arrive in the same loop turn: a shard's note of a job it made
             # directly is seen before a request its client sent after.
