@@ -39,6 +39,7 @@ from .numbers import FILE_NAME as NUMBERS_FILE
 if TYPE_CHECKING:   # imported when the metrics port is on: it loads prometheus_client
     from .cluster.coordination import Etcd, Membership
     from .cluster.roles import FailoverWatch
+    from .cluster.watch import ClusterWatch
     from .metrics.http import NodeMetrics
 
 log = logging.getLogger("queueserver.supervisor")
@@ -232,6 +233,8 @@ class Supervisor:
         self.roles: Optional[Dict[int, str]] = None
         self.failover: Optional[FailoverWatch] = None
         self._fenced = False
+        #: a cluster on etcd: the watch that tells this node's routers where slots and primaries are
+        self.cluster_watch: Optional[ClusterWatch] = None
 
     @property
     def runtime_dir(self) -> str:
@@ -353,6 +356,14 @@ class Supervisor:
         self.failover.following = [k for k, role in self.roles.items() if role == FOLLOWER]
         log.info("node %s in its shard groups: %s", self.config.node,
                  ", ".join(f"{k}: {role}" for k, role in sorted(self.roles.items())) or "none")
+
+    def _watch_cluster(self) -> None:
+        """A cluster on etcd: its routers follow the slot map and primaries
+        etcd holds, as this thread tells them (they have no etcd client)."""
+        if self.cluster is not None and self.cluster.etcd is not None:
+            from .cluster.watch import ClusterWatch
+            routers = [self.runtime.file(f"router-{i}.ctl") for i in range(self.config.routers)]
+            self.cluster_watch = ClusterWatch(self.cluster.etcd, routers).start()
 
     def _take_over(self) -> None:
         """Promotions the failover watch won: stop the follower, serve its copy."""
@@ -602,6 +613,7 @@ class Supervisor:
             for name, sock in self.listeners.items():
                 log.info("%s listening on %s:%d", name, *sock.getsockname()[:2])
             self._coordinate()
+            self._watch_cluster()
             self.children = self._children()
             for child in self.children:
                 child.start()
@@ -620,6 +632,8 @@ class Supervisor:
                 self._fence()
                 time.sleep(0.05)
         finally:
+            if self.cluster_watch is not None:
+                self.cluster_watch.stop()
             if self.failover is not None:
                 self.failover.stop()
             if self.membership is not None:

@@ -84,6 +84,19 @@ def from_ranges(ranges: Sequence[Sequence[int]]) -> List[int]:
     return slots
 
 
+def owner_runs(owners: Sequence[int], epochs: Sequence[int]) -> List[List[int]]:
+    """A whole map (slot -> owner, and the epoch it is known as of) as
+    ``[start, end, owner, epoch]`` runs, in slot order."""
+    runs: List[List[int]] = []
+    for slot in range(len(owners)):
+        owner, epoch = owners[slot], epochs[slot]
+        if runs and runs[-1][2] == owner and runs[-1][3] == epoch:
+            runs[-1][1] = slot + 1
+        else:
+            runs.append([slot, slot + 1, owner, epoch])
+    return runs
+
+
 def initial_owners(shards: int) -> List[int]:
     """A new cluster's map: slot -> founding shard (by position), in even runs."""
     return [slot * shards // SLOTS for slot in range(SLOTS)]

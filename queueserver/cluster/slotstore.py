@@ -22,7 +22,7 @@ from array import array
 from typing import Any, List, Optional, Sequence, Tuple
 
 from .coordination import Etcd, compare_and_put, read_with_revision
-from .slots import SLOTS, from_ranges, initial_owners
+from .slots import SLOTS, from_ranges, initial_owners, owner_runs
 
 #: ``[start, end, ordinal, epoch]``
 Run = List[int]
@@ -45,14 +45,7 @@ class SlotTable:
         return cls([founders[position] for position in initial_owners(len(founders))], [0] * SLOTS)
 
     def runs(self) -> List[Run]:
-        runs: List[Run] = []
-        for slot in range(SLOTS):
-            owner, epoch = self.owners[slot], self.epochs[slot]
-            if runs and runs[-1][1] == slot and runs[-1][2] == owner and runs[-1][3] == epoch:
-                runs[-1][1] = slot + 1
-            else:
-                runs.append([slot, slot + 1, owner, epoch])
-        return runs
+        return owner_runs(self.owners, self.epochs)
 
     def set(self, ranges: Sequence[Sequence[int]], owner: int, epoch: int) -> bool:
         """``owner`` serves the slots of ``ranges`` as of ``epoch`` (kept

@@ -11,8 +11,10 @@ process answers one map (see :meth:`queueserver.shard.stats.ShardStats.snapshot`
 and :func:`queueserver.router.stats.router_stats`) and closes. Anything else
 is answered ``{"error": "..."}``. A shard also answers the web console's
 ``["console", op, ...]`` requests (:mod:`queueserver.shard.console`), each
-in a greenlet of its own that may yield to the loop while it works. The
-process side runs in its gevent loop;
+in a greenlet of its own that may yield to the loop while it works. A
+router of a cluster on etcd also answers ``["cluster", ...]``: the state
+its supervisor's watch on etcd passes on (:mod:`queueserver.cluster.watch`).
+The process side runs in its gevent loop;
 the supervisor's side (:func:`ask`, :func:`ask_all`) uses blocking stdlib
 sockets with a timeout, and asks every process at once, so one process that
 does not answer costs a scrape at most that timeout.
@@ -33,6 +35,8 @@ if TYPE_CHECKING:   # the process side's; the supervisor runs without gevent's l
 
 #: An answer: a msgpack map, decoded (``Any``: whatever the process sent)
 Answer = Dict[str, Any]
+#: What answers one kind of request (``["console", ...]``, ``["cluster", ...]``)
+Handler = Callable[[List[Any]], Answer]
 Key = TypeVar("Key")
 
 log = logging.getLogger("queueserver.metrics")
@@ -41,8 +45,8 @@ log = logging.getLogger("queueserver.metrics")
 ASK_TIMEOUT = 1.0
 #: Seconds a process gives an asker to send its request.
 REQUEST_TIMEOUT = 5.0
-#: Largest request a process reads.
-MAX_REQUEST = 65536
+#: Largest request a process reads (a cluster's slot map: up to 16,384 runs).
+MAX_REQUEST = 1048576
 #: Largest answer the supervisor reads.
 MAX_ANSWER = 64 * 1024 * 1024
 
@@ -54,12 +58,15 @@ def control_path(socket_path: str) -> str:
 
 
 # ------------------------------------------------------------ process side
-def serve_control(path: str, stats: Callable[[], Answer],
-                  console: Optional[Callable[[List[Any]], Answer]] = None) -> Greenlet[[], None]:
+def serve_control(path: str, stats: Callable[[], Answer], console: Optional[Handler] = None,
+                  cluster: Optional[Handler] = None) -> Greenlet[[], None]:
     """Listen on ``path`` (gevent; mode 0600) and answer ``["stats"]`` with
-    ``stats()``, and ``["console", ...]`` with ``console(request)`` (if
-    given); returns the accepting greenlet. ``stats`` runs in the event
-    loop, so it sees a consistent state and must be quick."""
+    ``stats()``, ``["console", ...]`` with ``console(request)`` and
+    ``["cluster", ...]`` with ``cluster(request)`` (those given); returns
+    the accepting greenlet. ``stats`` runs in the event loop, so it sees a
+    consistent state and must be quick."""
+    handlers = {kind: handler for kind, handler in (("console", console), ("cluster", cluster))
+                if handler is not None}
     import gevent
     from gevent import socket as gsocket
 
@@ -78,15 +85,14 @@ def serve_control(path: str, stats: Callable[[], Answer],
         try:
             while True:
                 sock, _ = listener.accept()
-                gevent.spawn(_answer, sock, stats, console)
+                gevent.spawn(_answer, sock, stats, handlers)
         finally:
             listener.close()
 
     return gevent.spawn(accept_loop)
 
 
-def _answer(sock: gsocket.socket, stats: Callable[[], Answer],
-            console: Optional[Callable[[List[Any]], Answer]] = None) -> None:
+def _answer(sock: gsocket.socket, stats: Callable[[], Answer], handlers: Dict[str, Handler]) -> None:
     try:
         sock.settimeout(REQUEST_TIMEOUT)
         unpacker = msgpack.Unpacker(raw=False, max_buffer_size=MAX_REQUEST)
@@ -96,7 +102,7 @@ def _answer(sock: gsocket.socket, stats: Callable[[], Answer],
                 return
             unpacker.feed(data)
             for request in unpacker:
-                sock.sendall(msgpack.packb(_handle(request, stats, console), use_bin_type=True))
+                sock.sendall(msgpack.packb(_handle(request, stats, handlers), use_bin_type=True))
                 return
     except (OSError, ValueError, msgpack.UnpackException) as err:
         log.debug("control request failed: %s", err)
@@ -104,16 +110,17 @@ def _answer(sock: gsocket.socket, stats: Callable[[], Answer],
         sock.close()
 
 
-def _handle(request: object, stats: Callable[[], Answer],
-            console: Optional[Callable[[List[Any]], Answer]] = None) -> Answer:
-    if console is not None and isinstance(request, list) and request and request[0] == "console":
+def _handle(request: object, stats: Callable[[], Answer], handlers: Dict[str, Handler]) -> Answer:
+    kind = request[0] if isinstance(request, list) and request else None
+    if isinstance(request, list) and isinstance(kind, str) and kind in handlers:
         try:
-            return console(request)
+            return handlers[kind](request)
         except Exception as err:   # a bug must cost this request only
-            log.exception("console request %.100r failed", request)
-            return {"error": f"console request failed: {type(err).__name__}", "status": 500}
-    if not (isinstance(request, list) and request and request[0] == "stats"):
-        return {"error": f"unknown request {request!r:.100}; expected [\"stats\"]"}
+            log.exception("%s request %.100r failed", kind, request)
+            return {"error": f"{kind} request failed: {type(err).__name__}", "status": 500}
+    if kind != "stats":
+        expected = "".join(f', ["{k}", ...]' for k in handlers)
+        return {"error": f"unknown request {request!r:.100}; expected [\"stats\"]{expected}"}
     try:
         return stats()
     except Exception as err:   # a bug in counting must not cost the process

@@ -365,6 +365,15 @@ class Router:
         for link in self.links:
             link.stop()
 
+    # ------------------------------------------------------ cluster state
+    def cluster_request(self, request: List[Any]) -> Dict[str, Any]:
+        """A ``["cluster", ...]`` control request (see :class:`.clusterrouter.ClusterRouter`)."""
+        return {"error": "this router serves one host, not a cluster", "status": 400}
+
+    def cluster_counts(self) -> Dict[str, int]:
+        """What its stats say of the cluster state it was told (nothing on one host)."""
+        return {}
+
     # --------------------------------------------------------------- routing
     def shard_for(self, name: str) -> int:
         return shard_for(name, len(self.links))
@@ -655,12 +664,14 @@ def main(argv: Optional[List[str]] = None) -> None:
         gevent.sleep(0.02)
     for protocol, fd in config["listen_fds"].items():
         router.listen(protocol, fd)
-    control = config.get("control")   # /metrics: the supervisor asks for this router's counters there
+    # /metrics: the supervisor asks for this router's counters there; on etcd, it tells the cluster's state there
+    control = config.get("control")
     if control:
         from ..metrics.control import serve_control
         from .stats import router_stats
         from ..console.uses import router_answer
-        serve_control(control, lambda: router_stats(router), lambda request: router_answer(router.queue_uses, request))
+        serve_control(control, lambda: router_stats(router), lambda request: router_answer(router.queue_uses, request),
+                      router.cluster_request)
     if config.get("ready_file"):
         with open(config["ready_file"], "w") as f:
             f.write(str(os.getpid()))

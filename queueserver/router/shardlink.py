@@ -12,6 +12,11 @@ In a cluster, a shard of another host is reached over TCP: the link proves
 it knows the cluster's secret (and checks that the shard does too) before
 any frame, inside TLS when the cluster has certificates. A shard of a node
 taken out of the cluster has no address: its link never connects.
+
+A replicated shard's link holds every place its primary may be and tries
+them in turn while none answers; when etcd names the primary (through the
+node's supervisor), :meth:`ShardLink.follow` puts that place first and goes
+there at once.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from typing import List, Any, Callable, Dict, Optional, Sequence, Set, Tuple, Un
 
 import gevent
 from gevent import socket
+from gevent.event import Event
 
 from ..engine.status import SERVER_ERROR, Reply
 from ..net.channel import FrameChannel
@@ -87,6 +93,7 @@ class ShardLink:
         self._on_down = on_down
         self._on_up = on_up
         self._refusal_logged = False   # a failed TCP link is logged once until it works again
+        self._wake = Event()           # set: the pause between two tries ends now (a new place)
         self._greenlet = gevent.spawn(self._run) if self.path is not None else None
         if faults.CUT_OFF_FILE is not None and any(isinstance(p, tuple) for p in self.paths):
             gevent.spawn(faults.watch, self._cut)
@@ -132,6 +139,23 @@ class ShardLink:
         if req_id in self.pending and self.channel is not None:
             self.channel.send([0, "cancel", req_id])
 
+    def follow(self, place: Address) -> bool:
+        """Etcd says the shard's primary serves at ``place``: it is tried
+        first from now on, and at once (a link up at another place is
+        dropped, its waiting requests answered as when a link fails).
+        Whether that was news (``place`` was not already tried first)."""
+        news = self.paths[0] != place
+        if news:
+            if place in self.paths:
+                self.paths.remove(place)
+            self.paths.insert(0, place)
+        if self.path != place:
+            self.path = place
+            if self.channel is not None:
+                self.channel.close()   # the link's loop reconnects, to place
+            self._wake.set()
+        return news
+
     def stop(self) -> None:
         if self._greenlet is not None:
             self._greenlet.kill(block=False)
@@ -155,7 +179,7 @@ class ShardLink:
         # Over TCP (a link with no address never connects), with the cluster's credentials.
         assert path is not None and self._auth is not None
         if faults.cut_off():
-            gevent.sleep(REFUSED_DELAY)
+            self._pause(REFUSED_DELAY)
             return None
         secret, tls = self._auth
         try:
@@ -173,7 +197,7 @@ class ShardLink:
                 log.warning("link to shard %d at %s failed: %s", self.index, where(path), err)
                 self._refusal_logged = True
             sock.close()
-            gevent.sleep(REFUSED_DELAY)
+            self._pause(REFUSED_DELAY)
             return None
         except BaseException:
             sock.close()
@@ -184,11 +208,17 @@ class ShardLink:
     def _run(self) -> None:
         self._refusal_logged = False
         while True:
+            tried = self.path
             sock = self._connect()
             if sock is None:
-                if len(self.paths) > 1:   # its primary may have moved: the next place it may be
-                    self.path = self.paths[(self.paths.index(self.path) + 1) % len(self.paths)]
-                gevent.sleep(RECONNECT_DELAY)
+                # Its primary may have moved: the next place it may be (unless
+                # etcd named one meanwhile: that one is next).
+                if len(self.paths) > 1 and self.path == tried:
+                    self.path = self.paths[(self.paths.index(tried) + 1) % len(self.paths)]
+                self._pause(RECONNECT_DELAY)
+                continue
+            if self.path != tried:   # etcd named another place meanwhile: go there
+                sock.close()
                 continue
             # Frames from a shard are handled before client requests that
             # arrive in the same loop turn: a shard's note of a job it made
@@ -219,6 +249,11 @@ class ShardLink:
                 self._on_down(self)
                 for callback in pending.values():
                     callback([SERVER_ERROR, f"Shard {self.index} unavailable"])
+
+    def _pause(self, seconds: float) -> None:
+        """Between two tries: ``seconds``, or less if :meth:`follow` named a place."""
+        self._wake.wait(seconds)
+        self._wake.clear()
 
     def _open_handoffs(self) -> Optional["gevent.Greenlet[..., None]"]:
         if self._handoffs is None or not isinstance(self.path, str):

@@ -2,7 +2,8 @@
 
 It starts as the cluster file's initial map and follows what shards say:
 the slots each serves when its link comes up, a slot taken or given in a
-move, and a ``MOVED`` answer to a request that reached a former owner. Each
+move, and a ``MOVED`` answer to a request that reached a former owner; and,
+on etcd, the map etcd holds, passed on by the node's supervisor. Each
 slot keeps the epoch of what was last learned about it, so older news (a
 shard that reconnects late, an answer overtaken by a move) never undoes
 newer.
@@ -10,9 +11,9 @@ newer.
 from __future__ import annotations
 
 from array import array
-from typing import Iterable, Sequence
+from typing import Iterable, List, Sequence
 
-from ..cluster.slots import SLOTS, from_ranges, initial_owners
+from ..cluster.slots import SLOTS, from_ranges, initial_owners, owner_runs
 
 
 class SlotMap:
@@ -21,14 +22,23 @@ class SlotMap:
         self.owners = array("H", (founders[position] for position in owners))
         self.epochs = array("Q", bytes(8 * SLOTS))
 
-    def set(self, slots: Iterable[int], owner: int, epoch: int, force: bool = False) -> None:
+    def set(self, slots: Iterable[int], owner: int, epoch: int, force: bool = False) -> int:
         """``owner`` serves ``slots`` as of ``epoch`` (ignored where newer is
-        known, unless ``force``: a fact just asked of the owner)."""
+        known, unless ``force``: a fact just asked of the owner); how many
+        slots changed owner."""
         owners, epochs = self.owners, self.epochs
+        changed = 0
         for slot in slots:
             if force or epoch >= epochs[slot]:
+                if owners[slot] != owner:
+                    changed += 1
                 owners[slot] = owner
                 epochs[slot] = epoch
+        return changed
+
+    def runs(self) -> List[List[int]]:
+        """The map as ``[start, end, owner, epoch]`` runs of slots (as etcd's record has it)."""
+        return owner_runs(self.owners, self.epochs)
 
     def served(self, owner: int, runs: Sequence[Sequence[int]], force: bool = False) -> None:
         """A shard's ``[start, end, epoch]`` runs of slots it serves."""

@@ -18,11 +18,13 @@ def router_stats(router: "Router") -> Dict[str, Any]:
     """``connections``: clients served by this router now (a connection
     handed to a shard is counted by that shard while it is there);
     ``clients``: every connection it accepted that is still open, wherever
-    it is served; ``accepted`` and the byte counters: since it started."""
+    it is served; ``accepted`` and the byte counters: since it started; in
+    a cluster on etcd, what it took of the state etcd holds (``etcd_*``)."""
     answer: Dict[str, Any] = {"kind": "router", "index": router.index, "pid": os.getpid(),
                               "started": _STARTED, "clients": router.clients,
                               "shard_links_up": sum(1 for link in router.links if link.up),
                               "shard_links": sum(1 for link in router.links if link.path is not None),
                               "link_frames_sent": FRAMES_SENT[0]}
     answer.update(traffic.snapshot())
+    answer.update(router.cluster_counts())
     return answer
