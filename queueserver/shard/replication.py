@@ -126,6 +126,7 @@ class Replicator:
         old = [key for key, f in self.followers.items() if f.node == follower.node and f.state != LEAVING]
         for key in old:   # a reconnect: its former stream is over
             self._drop(self.followers[key], "reconnected")
+        forking = time.perf_counter()
         try:
             follower.snapshot = SnapshotSend(channel, self._snapshot, base, self.epoch,
                                              lambda: self._taking(follower),
@@ -138,7 +139,8 @@ class Replicator:
         follower.waiting_since = time.monotonic()
         self.followers[id(channel)] = follower
         log.info("shard %s: follower on node %s attached at position %d; process %d writes it the "
-                 "live state", self.name, follower.node, base, follower.snapshot.child.pid)
+                 "live state (the shard paused %.1f ms to fork it)", self.name, follower.node, base,
+                 follower.snapshot.child.pid, (time.perf_counter() - forking) * 1000)
 
     def _taking(self, follower: Follower) -> None:
         """The follower took all of its snapshot queued so far: it is alive."""
