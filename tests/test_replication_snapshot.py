@@ -254,3 +254,19 @@ def test_a_snapshot_cut_short_is_never_part_of_the_next(tmp_path: Path) -> None:
     finally:
         copy.close()
     assert set(states(tmp_path / "copy", 0)) == set(new)
+
+
+def test_a_snapshot_writer_dies_with_its_shard(tmp_path: Path) -> None:
+    """A shard SIGKILLed mid-snapshot leaves no writer behind (the kernel
+    kills it, PR_SET_PDEATHSIG; blocked on its pipe, it would also see the
+    pipe broken)."""
+    nodes, _ = busy_primary(tmp_path, payload=1000)
+    with nodes:
+        follower = LinkFollower(nodes)   # reads nothing: the writer stays blocked on its pipe
+        writer = psutil.Process(writer_pid(nodes, 1))
+        shard = shard_process(nodes)
+        assert writer.ppid() == shard.pid
+        shard.kill()   # SIGKILL the shard alone (its supervisor starts it again)
+        wait_for(lambda: not writer.is_running() or writer.status() == psutil.STATUS_ZOMBIE, 30,
+                 "the orphaned snapshot writer to be killed")
+        follower.close()
