@@ -44,17 +44,22 @@ def die_with_supervisor() -> None:
     second shard appending to the same log would damage it). The kernel
     sends SIGKILL when the parent exits (``PR_SET_PDEATHSIG``); everything
     acknowledged is already written, and the supervisor is the one that
-    stops children in order. A supervisor that died before this call is
-    seen by the parent pid having changed: exit at once.
+    stops children in order.
     """
     expected = supervisor_pid()
-    if not expected:
-        return
+    if expected:
+        die_with(expected)
+
+
+def die_with(parent: int) -> None:
+    """Be SIGKILLed by the kernel when ``parent`` (this process's parent)
+    exits. A parent that died before this call is seen by the parent pid
+    having changed: exit at once."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    except (OSError, AttributeError):   # not Linux: the parent watch below still stops us
+    except (OSError, AttributeError):   # not Linux: no such guard (stop_event watches the parent)
         pass
-    if os.getppid() != expected:
+    if os.getppid() != parent:
         os._exit(1)
 
 

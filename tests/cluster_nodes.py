@@ -158,6 +158,14 @@ class Nodes:
     def log(self, name: str) -> str:
         return self.procs[name].log()
 
+    def follower_pid(self, ordinal: int) -> int:
+        """The pid of the follower process of shard ``ordinal`` (the one copy,
+        on whichever node follows it)."""
+        found = subprocess.run(["pgrep", "-f", f"queueserver.shard.follower --ordinal {ordinal} "
+                                f"--cluster {self.file} "], capture_output=True, text=True).stdout.split()
+        assert len(found) == 1, found
+        return int(found[0])
+
 
 def ensure_loopback_aliases() -> None:
     """127.0.0.2 to .5 answer on Linux without setup (all of 127/8 is loopback)."""

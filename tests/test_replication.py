@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -46,13 +45,6 @@ def jobs_in(directory: Path, ordinal: int) -> Set[str]:
     return set(engine.jobs)
 
 
-def follower_pid(nodes: Nodes, ordinal: int) -> int:
-    found = subprocess.run(["pgrep", "-f", f"queueserver.shard.follower --ordinal {ordinal} --cluster {nodes.file} "],
-                           capture_output=True, text=True).stdout.split()
-    assert len(found) == 1, found
-    return int(found[0])
-
-
 def test_every_acknowledged_job_is_on_another_node_when_a_host_is_lost(tmp_path: Path) -> None:
     with replicated_nodes(tmp_path) as nodes:
         nodes.start()
@@ -80,7 +72,7 @@ def test_an_answer_waits_for_the_in_sync_follower_until_it_drops_out(tmp_path: P
     with replicated_nodes(tmp_path) as nodes:
         nodes.start()
         wait_in_sync(nodes)
-        stuck = follower_pid(nodes, 0)   # b's copy of a's shard
+        stuck = nodes.follower_pid(0)   # b's copy of a's shard
         os.kill(stuck, signal.SIGSTOP)
         try:
             with Client(*nodes.address("a")) as a:
@@ -113,7 +105,7 @@ def test_a_follower_restarted_takes_the_live_state_again(tmp_path: Path) -> None
             ids = [str(uuid.uuid4()) for _ in range(20)]
             for id in ids:
                 a.add(id, name_on(0), b"z", 60_000, 600_000)
-            os.kill(follower_pid(nodes, 0), signal.SIGKILL)   # the supervisor starts it again
+            os.kill(nodes.follower_pid(0), signal.SIGKILL)   # the supervisor starts it again
             wait_in_sync(nodes, 3)
             later = str(uuid.uuid4())
             a.add(later, name_on(0), b"after", 60_000, 600_000)

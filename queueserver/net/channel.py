@@ -159,6 +159,10 @@ class BatchWriter:
                 _scheduled = True
                 gevent.get_hub().loop.run_callback(_flush_pending)
 
+    def when_drained(self, callback: Optional[Callable[[], None]]) -> None:
+        """Call ``callback()`` each time everything queued has been sent (None: no longer)."""
+        self._on_drained = callback
+
     def close(self) -> None:
         """Send what is queued, then shut the socket for writing (the peer sees EOF)."""
         self._closing = True
@@ -259,6 +263,12 @@ class FrameChannel:
         self.sent += 1
         FRAMES_SENT[0] += 1
         self.writer.write(self._pack(frame))
+
+    def send_packed(self, frame: bytes) -> None:
+        """Send a frame packed already (by another process: a follower's snapshot)."""
+        self.sent += 1
+        FRAMES_SENT[0] += 1
+        self.writer.write(frame)
 
     def receive(self, handle: Callable[[Any], None], after_batch: Callable[[], None] = lambda: None) -> None:
         """Read frames until the peer closes; ``after_batch`` runs after each recv.

@@ -21,26 +21,30 @@ while the shard keeps serving; the fork is the only pause.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, Optional, Tuple
 
 import gevent
 import msgpack
-from gevent.socket import wait_read
 
 from ..engine import Engine
 from ..engine.effects import Effects
 from ..engine.status import SERVER_ERROR, Reply
 from ..store import AppendLog, StoreError, recover
 from ..store.compaction import write_snapshot
+from ..store.segments import write_all
+from .forked import Child, describe, fork_child
 from .replication import Replicator
 
 log = logging.getLogger("queueserver.shard")
 
 #: Client requests that change state. Give-backs the server makes itself
 #: (cancel, disown, unlease, restore) are never refused: they undo.
+#: Seconds between tries of a compaction whose fork failed (no memory, no
+#: process slot): each failure is one log line, not one a loop turn.
+FORK_RETRY_SECONDS = 60
+
 CHANGES = frozenset(("add", "run", "lease", "take", "complete", "fail", "retry", "delete",
                      "delete_number", "create_queue"))
 
@@ -70,6 +74,7 @@ class Durability:
         self._durable = 0      # events the log has confirmed
         self._held: Deque[Tuple[int, Callable[[Reply], None], Reply]] = deque()
         self.worst_pause = 0.0   # seconds: the longest fork of a compaction
+        self._no_fork_until = 0.0   # (monotonic) a failed fork is not tried again before this
         #: the followers every answer also waits for (a replicated cluster's primary; None: none)
         self.replicator: Optional[Replicator] = None
 
@@ -161,47 +166,39 @@ class Durability:
         if not self.recovered:
             return
         wal = self.wal
-        if not wal.needs_compaction():
+        if not wal.needs_compaction() or time.monotonic() < self._no_fork_until:
             return
         started = time.perf_counter()
         seq = wal.begin_compaction()
         now = time.time_ns() // 1000
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:   # the child: write the frozen state, say where, and go
-            status = 1
-            try:
-                os.close(read)
-                tmp, size, count = write_snapshot(self.directory, self.shard, self.shards, seq,
-                                                  engine.snapshot(), now, pause=_no_pause,
-                                                  epoch=wal.epoch)
-                os.write(write, msgpack.packb([tmp, size, count]))
-                status = 0
-            finally:
-                os._exit(status)
-        os.close(write)
+        directory, shard, shards, epoch = self.directory, self.shard, self.shards, wal.epoch
+
+        def write(pipe: int) -> None:   # in the child: write the frozen state, say where
+            tmp, size, count = write_snapshot(directory, shard, shards, seq, engine.snapshot(), now,
+                                              pause=_no_pause, epoch=epoch)
+            write_all(pipe, msgpack.packb([tmp, size, count]))
+
+        try:
+            child = fork_child(write)
+        except OSError as err:   # no memory or no process slot for the child: try again later
+            wal.abort_compaction()
+            self._no_fork_until = time.monotonic() + FORK_RETRY_SECONDS
+            log.error("shard %d: cannot fork the snapshot writer: %s; the log is not compacted "
+                      "(trying again in %d s)", self.shard, err, FORK_RETRY_SECONDS)
+            return
         paused = time.perf_counter() - started
         self.worst_pause = max(self.worst_pause, paused)
-        gevent.spawn(self._finish, wal, pid, read, seq, started, paused)
+        gevent.spawn(self._finish, wal, child, seq, started, paused)
 
-    def _finish(self, wal: AppendLog, pid: int, read: int, seq: int, started: float,
-                paused: float) -> None:
+    def _finish(self, wal: AppendLog, child: Child, seq: int, started: float, paused: float) -> None:
         try:
-            wait_read(read)
-            data = b""
-            while True:
-                chunk = os.read(read, 4096)
-                if not chunk:
-                    break
-                data += chunk
-                wait_read(read)
+            data = child.read_all()
         finally:
-            os.close(read)
-        while os.waitpid(pid, os.WNOHANG) == (0, 0):
-            gevent.sleep(0.01)
+            status = child.reap()
         if not data:
             wal.abort_compaction()
-            log.error("shard %d: the snapshot writer failed; the log is unchanged", self.shard)
+            log.error("shard %d: the snapshot writer (pid %d) %s; the log is unchanged", self.shard,
+                      child.pid, describe(status))
             return
         tmp, size, count = msgpack.unpackb(data)
         try:

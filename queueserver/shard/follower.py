@@ -103,6 +103,13 @@ class Copy:
         self.position = self._appended = self._committed = base
         return True
 
+    def abandon_snapshot(self) -> None:
+        """A stream ended before its snapshot's last part: what came of it is
+        not the state of any instant (the next stream's snapshot starts afresh)."""
+        if self._incoming is not None:
+            self._incoming.close()
+            self._incoming = None
+
     # ------------------------------------------------------- the stream
     def apply(self, upto: int, events: List[Any], epoch: int) -> None:
         engine, durability = self.engine, self.durability
@@ -206,6 +213,7 @@ class Follower:
         sock.settimeout(None)
         channel = self._channel = FrameChannel(sock)
         copy = self.copy
+        copy.abandon_snapshot()
         channel.send([0, "replicate", [self.node]])
 
         def acknowledge(upto: int) -> None:

@@ -19,8 +19,11 @@ and authenticated as any router does::
 Positions count the events the primary appended since it started (its
 ``Durability.appended``). A follower that connects (or reconnects, or
 falls behind) gets the whole live state again (``engine.snapshot()``, the
-same events a compacted log starts with) and is *catching up* until it
-acknowledged that; it then is *in sync*. An in-sync follower that leaves
+same events a compacted log starts with), written by a forked child while
+the primary serves (:mod:`.snapshotsend`), then the events logged since
+the fork; it is *catching up* until it acknowledged the snapshot (it may
+take ``CATCH_UP_LIMIT`` seconds without taking any of it); it then is *in
+sync*. An in-sync follower that leaves
 (its link closes) or has left an event unacknowledged for ``lag_limit``
 seconds drops out of the in-sync set, and the answers waiting for it are
 released: the group goes on with fewer copies rather than stop, each drop
@@ -30,20 +33,21 @@ from __future__ import annotations
 
 import logging
 import time
-from itertools import islice
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import gevent
 
 from ..engine.effects import Event
 from ..net.channel import FrameChannel
+from .snapshotsend import SnapshotSend
 
 log = logging.getLogger("queueserver.shard")
 
-#: Events per part of a snapshot (a frame stays a few MiB at most).
-SNAPSHOT_PART = 2000
 #: Seconds an in-sync follower may leave an event unacknowledged.
 LAG_LIMIT = 2.0
+#: Seconds a catching-up follower may take none of its snapshot, or leave it
+#: unacknowledged once sent (it installs the whole state first).
+CATCH_UP_LIMIT = 60.0
 #: Positions no follower holds back (nobody in sync).
 UNBOUNDED = 1 << 62
 
@@ -60,7 +64,8 @@ IsrStore = Callable[[List[str]], bool]
 class Follower:
     """One follower's stream, as the primary sees it."""
 
-    __slots__ = ("node", "channel", "state", "base", "acked", "sent", "waiting_since", "pending")
+    __slots__ = ("node", "channel", "state", "base", "acked", "sent", "waiting_since", "pending",
+                 "snapshot")
 
     def __init__(self, node: str, channel: FrameChannel, base: int) -> None:
         self.node = node
@@ -70,7 +75,8 @@ class Follower:
         self.acked = -1             # durable on the follower up to here (-1: nothing yet)
         self.sent = base            # streamed up to here
         self.waiting_since: Optional[float] = None   # since when something sent is unacknowledged
-        self.pending: List[Event] = []               # this loop turn's events, not yet sent
+        self.pending: List[Event] = []               # events logged, not yet sent
+        self.snapshot: Optional[SnapshotSend] = None  # its snapshot, while being sent
 
 
 class Replicator:
@@ -107,27 +113,55 @@ class Replicator:
         for greenlet in (self._watch, self._writer):
             if greenlet is not None:
                 greenlet.kill(block=False)
+        for follower in self.followers.values():
+            if follower.snapshot is not None:
+                follower.snapshot.cancel()
+                follower.snapshot = None
 
     # ---------------------------------------------------------- followers
     def attach(self, channel: FrameChannel, node: str) -> None:
-        """A follower asked for the stream: the live state now, then every event."""
+        """A follower asked for the stream: the live state as of now, then every event since."""
         base = self._position()
         follower = Follower(str(node), channel, base)
         old = [key for key, f in self.followers.items() if f.node == follower.node and f.state != LEAVING]
         for key in old:   # a reconnect: its former stream is over
             self._drop(self.followers[key], "reconnected")
+        forking = time.perf_counter()
+        try:
+            follower.snapshot = SnapshotSend(channel, self._snapshot, base, self.epoch,
+                                             lambda: self._taking(follower),
+                                             lambda error: self._snapshot_sent(follower, error))
+        except OSError as err:   # no memory or no process slot for the child
+            log.error("shard %s: cannot fork the snapshot writer for the follower on node %s: %s; "
+                      "closing its stream (it dials again)", self.name, follower.node, err)
+            channel.close()
+            return
+        follower.waiting_since = time.monotonic()
         self.followers[id(channel)] = follower
-        events = self._snapshot()
-        count = 0
-        while True:
-            part = list(islice(events, SNAPSHOT_PART))
-            count += len(part)
-            last = len(part) < SNAPSHOT_PART
-            channel.send([0, "snap", [base, part, last, self.epoch]])
-            if last:
-                break
-        log.info("shard %s: follower on node %s attached; sent the live state (%d events) at "
-                 "position %d", self.name, follower.node, count, base)
+        log.info("shard %s: follower on node %s attached at position %d; process %d writes it the "
+                 "live state (the shard paused %.1f ms to fork it)", self.name, follower.node, base,
+                 follower.snapshot.child.pid, (time.perf_counter() - forking) * 1000)
+
+    def _taking(self, follower: Follower) -> None:
+        """The follower took all of its snapshot queued so far: it is alive."""
+        follower.waiting_since = time.monotonic()
+
+    def _snapshot_sent(self, follower: Follower, error: Optional[str]) -> None:
+        """Its snapshot is sent (then so are the events logged since), or failed."""
+        snapshot, follower.snapshot = follower.snapshot, None
+        if self.followers.get(id(follower.channel)) is not follower or snapshot is None:
+            return
+        if error is not None:
+            log.warning("shard %s: the snapshot for the follower on node %s failed: %s; closing its "
+                        "stream (it dials again and takes a new snapshot)", self.name, follower.node,
+                        error)
+            self._drop(follower, "its snapshot failed")
+            return
+        log.info("shard %s: follower on node %s was sent the live state (%d events, %d bytes) at "
+                 "position %d in %.1f s", self.name, follower.node, snapshot.events, snapshot.bytes,
+                 snapshot.base, time.monotonic() - snapshot.started)
+        follower.waiting_since = time.monotonic()   # from now on it owes the acknowledgement
+        self._send(follower, self._position())
 
     def detach(self, channel: FrameChannel) -> None:
         follower = self.followers.get(id(channel))
@@ -156,15 +190,20 @@ class Replicator:
             follower.pending += events
 
     def flush(self) -> None:
-        """At the end of a loop turn: each follower gets the turn's events in one frame."""
+        """At the end of a loop turn: each follower gets the turn's events in one frame
+        (one still being sent its snapshot keeps them until then)."""
         upto = self._position()
         for follower in self.followers.values():
-            if follower.pending:
-                follower.channel.send([0, "rec", [upto, follower.pending, self.epoch]])
-                follower.pending = []
-                follower.sent = upto
-                if follower.waiting_since is None:
-                    follower.waiting_since = time.monotonic()
+            if follower.pending and follower.snapshot is None:
+                self._send(follower, upto)
+
+    def _send(self, follower: Follower, upto: int) -> None:
+        if follower.pending:
+            follower.channel.send([0, "rec", [upto, follower.pending, self.epoch]])
+            follower.pending = []
+            follower.sent = upto
+            if follower.waiting_since is None:
+                follower.waiting_since = time.monotonic()
 
     def replicated(self) -> int:
         """The position every in-sync follower holds durably (UNBOUNDED: none
@@ -193,11 +232,20 @@ class Replicator:
             now = time.monotonic()
             for follower in list(self.followers.values()):
                 since = follower.waiting_since
-                if since is not None and now - since > self.lag_limit:
-                    self._drop(follower, f"left events unacknowledged for over {self.lag_limit:g} s")
+                if since is None:
+                    continue
+                if follower.state != CATCHING_UP:
+                    if now - since > self.lag_limit:
+                        self._drop(follower, f"left events unacknowledged for over {self.lag_limit:g} s")
+                elif now - since > CATCH_UP_LIMIT:
+                    self._drop(follower, f"took none of its snapshot, or left it unacknowledged, for "
+                                         f"over {CATCH_UP_LIMIT:g} s")
 
     def _drop(self, follower: Follower, why: str) -> None:
         was = follower.state
+        if follower.snapshot is not None:   # its writer dies with it: nothing is left behind
+            follower.snapshot.cancel()
+            follower.snapshot = None
         follower.channel.close()
         if was == IN_SYNC and self.isr_store is not None:
             # Still waited for until etcd's in-sync set no longer lists it:
