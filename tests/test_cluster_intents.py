@@ -158,20 +158,25 @@ def test_the_givers_node_killed_with_the_command_midmove_is_finished_once_back(c
     try:
         wait_for(lambda: len(history.acked) > 20, 20, "jobs added before the move")
         mover = _started(nodes, "rebalance", "--batch", "64")
-        # b/0 (ordinal 1) gives its slots after a/0: wait for one of its moves under way
-        during = _wait_intents(client, lambda i: any(m["giver"] == 1 for m in i.under_way.values()),
-                               "a move from b/0 under way", timeout=120)
-        nodes.kill("b")
+        # b/0 (ordinal 1) gives its slots after a/0: once one of its moves is
+        # under way, the command dies, then b's whole node, both by SIGKILL
+        _wait_intents(client, lambda i: any(m["giver"] == 1 for m in i.under_way.values()),
+                      "a move from b/0 under way", timeout=120)
         _kill(mover)
+        frozen = read(client)
+        nodes.kill("b")
         load.stop()
-        assert during.plan is not None and during.plan["moves"], during
+        assert frozen.plan is not None and any(m["giver"] == 1 for m in frozen.plan["moves"]), frozen
         nodes.start("b")
         _balanced_and_agreed(nodes, client)
     finally:
         load.stop()
         if mover is not None and mover.poll() is None:
             _kill(mover)
-    assert "resumes them" in "".join(nodes.log(n) for n in "abc")
+    logs = "".join(nodes.log(n) for n in "abc")
+    assert "resumes them" in logs and "Traceback" not in logs
+    for epoch in frozen.under_way:   # (none only if the command died between two moves)
+        assert f"the move of epoch {epoch}" in logs, logs[-3000:]
     _served_once(history, nodes, names)
 
 

@@ -101,6 +101,10 @@ def run(args: argparse.Namespace) -> int:
             spec.node(args.node)
         if args.lease is not None and (args.action != "resume" or spec.etcd is None):
             raise ClusterError("--lease goes with resume, on a cluster with [etcd]")
+        try:
+            lease = None if args.lease is None else int(args.lease, 16)
+        except ValueError:
+            raise ClusterError(f"--lease: {args.lease!r} is not an etcd lease id (hexadecimal)") from None
         cluster = Cluster(spec)
     except (ClusterError, SecretError, TLSConfigError) as err:
         print(f"queueserver cluster: {err}", file=sys.stderr)
@@ -109,14 +113,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.action == "status":
             return _status(spec, rebalancer, args.json)
-        return _act(args, spec, rebalancer) if spec.etcd is None else _drive(args, spec, rebalancer)
+        return _act(args, spec, rebalancer) if spec.etcd is None else _drive(args, spec, rebalancer, lease)
     except ClusterError as err:
         print(f"queueserver cluster: {err}", file=sys.stderr)
         return 2
     except AdminError as err:
-        left = ("; the plan stays in etcd: a node's supervisor resumes it" if spec.etcd is not None
-                else "; run the command again once it is back")
-        print(f"queueserver cluster: {err}{left}", file=sys.stderr)
+        print(f"queueserver cluster: {err}; run the command again once it is back", file=sys.stderr)
         return 1
     except (Superseded, BadIntent) as err:
         print(f"queueserver cluster: {err}", file=sys.stderr)
@@ -129,17 +131,20 @@ def run(args: argparse.Namespace) -> int:
         cluster.close()
 
 
-def _drive(args: argparse.Namespace, spec: ClusterSpec, rebalancer: "Rebalancer") -> int:
+def _drive(args: argparse.Namespace, spec: ClusterSpec, rebalancer: "Rebalancer", adopted: Optional[int]) -> int:
     """A command on a cluster with etcd: as the moves' one driver, on a lease
-    (see :mod:`.intents`); refused while another drives or a plan is left."""
+    (see :mod:`.intents`); refused while another drives or a plan is left.
+    ``adopted``: the lease on which a node's supervisor took the driver key
+    for this resume."""
+    from .admin import AdminError
     from .coordination import Etcd, HeldLease
     from .intents import Driver, read
     assert spec.etcd is not None
     etcd = Etcd(spec.etcd)
     lease: Optional[HeldLease] = None
     try:
-        if args.lease is not None:
-            driver = Driver.adopt(etcd, int(args.lease, 16), spec.founders())
+        if adopted is not None:
+            driver = Driver.adopt(etcd, adopted, spec.founders())
         else:
             lease = HeldLease(etcd)
             taken = Driver.take(etcd, lease.id, args.action, None, spec.founders())
@@ -152,7 +157,14 @@ def _drive(args: argparse.Namespace, spec: ClusterSpec, rebalancer: "Rebalancer"
             raise ClusterError(f"refused: {intents.describe()}; no other move starts until it is done "
                                f"(`queueserver cluster resume` finishes it now)")
         rebalancer.journal = driver
-        return _act(args, spec, rebalancer, driver, intents)
+        try:
+            return _act(args, spec, rebalancer, driver, intents)
+        except AdminError as err:
+            if driver.plan is None:
+                raise
+            print(f"queueserver cluster: {err}; the plan stays in etcd: a node's supervisor resumes it "
+                  f"once the shard answers", file=sys.stderr)
+            return 1
     finally:
         if lease is not None:
             lease.revoke()   # the driver key goes with it
@@ -163,14 +175,15 @@ def _act(args: argparse.Namespace, spec: ClusterSpec, rebalancer: "Rebalancer",
          driver: Optional["Driver"] = None, intents: Optional["Intents"] = None) -> int:
     if args.action == "resume":
         return _resume(spec, rebalancer, driver, intents)
+    if args.action == "move" and (not args.slots or not args.to):
+        raise ClusterError("move needs --slots and --to")
+    wanted = (parse_slots(args.slots), _shard(spec, args.to)) if args.action == "move" else None
     rebalancer.prepare()
     live = [s.ordinal for s in spec.shards()
             if s.node not in {n.name for n in spec.nodes if n.removed}]
     moves: List["PlannedMove"]
-    if args.action == "move":
-        if not args.slots or not args.to:
-            raise ClusterError("move needs --slots and --to")
-        moves = rebalancer.plan_move(parse_slots(args.slots), _shard(spec, args.to), args.batch)
+    if wanted is not None:
+        moves = rebalancer.plan_move(*wanted, args.batch)
     elif args.action == "remove-node":
         among = [o for o in live if o not in {s.ordinal for s in spec.shards_of(args.node)}]
         if not among:
