@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 from typing import List
@@ -18,7 +17,7 @@ from cluster_nodes import Nodes, ensure_loopback_aliases
 from crash_history import History, Load, drain
 from etcd_server import EtcdServer, etcd  # noqa: F401 (the fixture)
 from queueserver.cluster import slotstore
-from queueserver.cluster.clusterfile import EtcdSpec
+from queueserver.cluster.clusterfile import EtcdSpec, load_cluster
 from queueserver.cluster.coordination import Etcd
 from queueserver.cluster.intents import Intents, read
 from queueserver.cluster.slots import SLOTS, slot_of
@@ -59,10 +58,6 @@ def cluster(tmp_path: Path, etcd: EtcdServer):   # type: ignore[no-untyped-def]
             client.close()
 
 
-def _started(nodes: Nodes, *args: str) -> subprocess.Popen:
-    return nodes.cli_process(*args)
-
-
 def _kill(process: subprocess.Popen) -> str:
     process.send_signal(signal.SIGKILL)
     out, _ = process.communicate(timeout=30)
@@ -90,9 +85,8 @@ def _balanced_and_agreed(nodes: Nodes, client: Etcd) -> None:
     assert all(row["up"] and not row["moving"] for row in rows), rows
     table, _ = slotstore.read(client)
     assert table is not None
+    from queueserver.cluster.admin import Cluster   # (gevent's links: loaded only here, as test_cluster does)
     served = {}
-    from queueserver.cluster.admin import Cluster
-    from queueserver.cluster.clusterfile import load_cluster
     cluster = Cluster(load_cluster(str(nodes.file)))
     try:
         for shard in cluster.shards:
@@ -126,7 +120,7 @@ def test_a_rebalance_killed_midway_is_finished_by_a_supervisor(cluster) -> None:
     mover = None
     try:
         wait_for(lambda: len(history.acked) > 20, 20, "jobs added before the move")
-        mover = _started(nodes, "rebalance", "--batch", "64")
+        mover = nodes.cli_process("rebalance", "--batch", "64")
         first = _wait_intents(client, lambda i: i.plan is not None, "the plan in etcd")
         planned = len(first.plan["moves"])
         assert planned == 86 and first.driver is not None, first   # 2730/64 + 2731/64, rounded up
@@ -157,7 +151,7 @@ def test_the_givers_node_killed_with_the_command_midmove_is_finished_once_back(c
     mover = None
     try:
         wait_for(lambda: len(history.acked) > 20, 20, "jobs added before the move")
-        mover = _started(nodes, "rebalance", "--batch", "64")
+        mover = nodes.cli_process("rebalance", "--batch", "64")
         # b/0 (ordinal 1) gives its slots after a/0: once one of its moves is
         # under way, the command dies, then b's whole node, both by SIGKILL
         _wait_intents(client, lambda i: any(m["giver"] == 1 for m in i.under_way.values()),
@@ -182,7 +176,7 @@ def test_the_givers_node_killed_with_the_command_midmove_is_finished_once_back(c
 
 def test_a_command_is_refused_while_a_live_driver_moves_slots(cluster) -> None:   # type: ignore[no-untyped-def]
     nodes, client = cluster
-    mover = _started(nodes, "rebalance", "--batch", "16")
+    mover = nodes.cli_process("rebalance", "--batch", "16")
     try:
         _wait_intents(client, lambda i: i.plan is not None and i.driver is not None, "the plan in etcd")
         refused = one_line_error(nodes.cli("move", "--slots", "1", "--to", "c/0"))
