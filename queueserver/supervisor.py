@@ -38,6 +38,7 @@ from .numbers import FILE_NAME as NUMBERS_FILE
 
 if TYPE_CHECKING:   # imported when the metrics port is on: it loads prometheus_client
     from .cluster.coordination import Etcd, Membership
+    from .cluster.resumer import Resumer
     from .cluster.roles import FailoverWatch
     from .cluster.watch import ClusterWatch
     from .metrics.http import NodeMetrics
@@ -235,6 +236,8 @@ class Supervisor:
         self._fenced = False
         #: a cluster on etcd: the watch that tells this node's routers where slots and primaries are
         self.cluster_watch: Optional[ClusterWatch] = None
+        #: a cluster on etcd: the watch that finishes slot moves whose driver died
+        self.resumer: Optional[Resumer] = None
 
     @property
     def runtime_dir(self) -> str:
@@ -634,6 +637,8 @@ class Supervisor:
         finally:
             if self.cluster_watch is not None:
                 self.cluster_watch.stop()
+            if self.resumer is not None:
+                self.resumer.stop()
             if self.failover is not None:
                 self.failover.stop()
             if self.membership is not None:
@@ -654,16 +659,19 @@ class Supervisor:
 
     def _register(self) -> None:
         """In a cluster coordinated on etcd, say this node is alive (a lease kept
-        alive from a thread): once it serves, so a listed node is a usable one."""
+        alive from a thread): once it serves, so a listed node is a usable one;
+        and watch for slot moves whose driver died (:mod:`.cluster.resumer`)."""
         if self.cluster is None or self.cluster.etcd is None:
             return
         from .cluster.coordination import Etcd, Membership
+        from .cluster.resumer import Resumer
         assert self.config.node is not None   # _join_cluster refuses a cluster without --node
         node = self.cluster.node(self.config.node)
         info = {"host": node.host, "shards": node.shards,
                 "metrics_port": self.metrics.port if self.metrics is not None else None}
         self.membership = Membership(self.etcd or Etcd(self.cluster.etcd), node.name, info)
         self.membership.start()
+        self.resumer = Resumer(self.cluster, node.name).start()
 
     def _on_signal(self, signum: int, frame: Optional[FrameType]) -> None:
         if not self._stopping:

@@ -270,6 +270,51 @@ class Membership:
         self.registered.clear()
 
 
+class HeldLease:
+    """A lease this process keeps alive from a daemon thread while it acts:
+    the keys it puts on it say "this one is at work", and vanish within the
+    TTL once it dies, whatever killed it. Unlike a :class:`Membership`, a
+    lapsed lease is not taken again (what was attached to it is gone, and
+    others may have acted on that): :attr:`lost` is set instead."""
+
+    def __init__(self, etcd: Etcd) -> None:
+        self.etcd = etcd
+        ttl = etcd.spec.lease_ttl
+        self.lease = etcd.call(lambda client: client.lease(ttl=ttl))
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._keep_alive, name="etcd-held-lease", daemon=True)
+        self._thread.start()
+
+    @property
+    def id(self) -> int:
+        return int(self.lease.id)
+
+    def _keep_alive(self) -> None:
+        period = max(0.2, self.etcd.spec.lease_ttl / 4)
+        last_ok = time.monotonic()
+        while not self._stop.wait(period):
+            try:
+                if self.etcd.call(lambda client: _refresh(client, self.lease)) <= 0:
+                    self.lost.set()
+                    return
+                last_ok = time.monotonic()
+            except CoordinationError as err:
+                if time.monotonic() - last_ok > self.etcd.spec.lease_ttl:
+                    log.warning("etcd: lease %x cannot be refreshed (%s): it has lapsed", self.id, err)
+                    self.lost.set()
+                    return
+
+    def revoke(self) -> None:
+        """Stop refreshing and revoke: what is attached to the lease goes at once."""
+        self._stop.set()
+        self._thread.join(REQUEST_TIMEOUT * 2)
+        try:
+            self.etcd.call(lambda client: _revoke(client, self.lease))
+        except CoordinationError as err:
+            log.warning("etcd: could not revoke lease %x (it lapses by itself): %s", self.id, err)
+
+
 def _refresh(client: etcd3gw.Etcd3Client, lease: Lease) -> int:
     """The lease's new TTL through ``client`` (-1 or 0 when it has lapsed)."""
     return Lease(lease.id, client).refresh()

@@ -51,6 +51,16 @@ class SlotsAnswer(SlotsSummary):
     followers: NotRequired[List[Dict[str, Any]]]
 
 
+class PlannedMove(TypedDict):
+    """One move of a command's plan: ``ranges`` from shard ``giver`` to shard
+    ``target``, as the move of ``epoch`` (fixed when planned, so that every
+    step of it, repeated by whoever resumes it, is the same move)."""
+    giver: int
+    target: int
+    ranges: Ranges
+    epoch: int
+
+
 class MoveOutPart(TypedDict):
     """A giver's answer to ``move_out``: a part of the jobs set aside."""
     jobs: List[List[Any]]       # "job" events, as plain lists
