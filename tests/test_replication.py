@@ -143,6 +143,10 @@ def test_replicas_must_fit_the_nodes(tmp_path: Path) -> None:
     from queueserver.cluster.clusterfile import ClusterError, load_cluster
     for head, message in [("replicas = 3", "replicas must be 0, 1 or 2"),
                           ("replicas = true", "replicas must be 0, 1 or 2"),
-                          ("replicas = 2", "needs at least 3 nodes")]:
+                          ("replicas = 2", "needs at least 3 nodes"),
+                          ("replicas = 1\nreplica_backlog = 0", "replica_backlog must be a number of events"),
+                          ("replicas = 1\nreplica_backlog = \"lots\"", "replica_backlog must be a number")]:
         with pytest.raises(ClusterError, match=message):
             load_cluster(str(_file(tmp_path, head, nodes=2)))
+    assert load_cluster(str(_file(tmp_path, "replicas = 1", nodes=2))).replica_backlog == 1_000_000
+    assert load_cluster(str(_file(tmp_path, "replicas = 1\nreplica_backlog = 5000", nodes=2))).replica_backlog == 5000

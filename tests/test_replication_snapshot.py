@@ -132,9 +132,11 @@ class LinkFollower:
         self.sock.close()
 
 
-def busy_primary(tmp_path: Path, payload: int = 100) -> Tuple[Nodes, Set[str]]:
-    """Nodes a and b (replicas = 1), a's shard holding ``PRELOAD`` jobs."""
+def busy_primary(tmp_path: Path, payload: int = 100, settings: str = "") -> Tuple[Nodes, Set[str]]:
+    """Nodes a and b (replicas = 1), a's shard holding ``PRELOAD`` jobs;
+    ``settings``: lines put at the top of the cluster file."""
     nodes = replicated_nodes(tmp_path)
+    nodes.file.write_text(settings + nodes.file.read_text())
     nodes.start()
     wait_in_sync(nodes)
     ids = preload(nodes.address("a"), [name_on(0) for _ in range(4)], payload)
@@ -206,6 +208,30 @@ def test_a_follower_gone_mid_snapshot_leaves_no_writer_and_no_file(tmp_path: Pat
                  30, "the primary to see the follower gone")
         no_writer_left(nodes)
         with Client(*nodes.address("a")) as client:   # and the shard serves on
+            client.add(str(uuid.uuid4()), name_on(0), b"after", 60_000, 600_000)
+
+
+def test_a_follower_stuck_in_its_snapshot_starts_over_past_the_backlog(tmp_path: Path) -> None:
+    """While a follower takes its snapshot, the events logged meanwhile wait
+    for it in the primary's memory: past ``replica_backlog`` of them its
+    stream ends (it would start over) and the memory is freed; the follower
+    in sync (node b's) goes on unharmed."""
+    nodes, _ = busy_primary(tmp_path, payload=1000, settings="replica_backlog = 50\n")
+    with nodes:
+        follower = LinkFollower(nodes)   # reads nothing: its snapshot stalls
+        writer_pid(nodes, 1)
+        with Client(*nodes.address("a")) as client:
+            for _ in range(60):
+                client.add(str(uuid.uuid4()), name_on(0), b"meanwhile", 60_000, 600_000)
+        wait_for(lambda: "follower on node t stopped catching up (more than 50 events logged while "
+                         "it took its snapshot: the cluster file's replica_backlog; it starts over)"
+                 in nodes.log("a"), 30, "the stuck follower to be dropped")
+        assert not [f for f in follower.frames() if f[1] == "snap" and f[2][2]]   # its stream ended
+        follower.close()
+        no_writer_left(nodes)
+        assert "WARNING" in [line for line in nodes.log("a").splitlines() if "starts over" in line][0]
+        assert "left the in-sync set" not in nodes.log("a")   # node b's follower stayed in sync
+        with Client(*nodes.address("a")) as client:
             client.add(str(uuid.uuid4()), name_on(0), b"after", 60_000, 600_000)
 
 

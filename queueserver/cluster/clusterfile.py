@@ -24,6 +24,11 @@ NAME``)::
                                      # on other nodes (0, 1 or 2); a node
                                      # serves a copy it took over on
                                      # link_port + shards + i
+    # replica_backlog = 1000000      # events a primary keeps for a follower
+                                     # still taking its snapshot; past it
+                                     # the follower starts over (bounds the
+                                     # primary's memory, as Redis's replica
+                                     # output buffer limit does)
 
     [[node]]
     name = "a"
@@ -111,6 +116,7 @@ class ClusterSpec:
     tls: Optional[TLSFiles] = None
     etcd: Optional[EtcdSpec] = None
     replicas: int = 0
+    replica_backlog: int = 1_000_000
 
     def takeovers(self, node: str) -> List[int]:
         """The shards of other nodes that ``node`` keeps a copy of (and may
@@ -234,9 +240,10 @@ def load_cluster(path: str) -> ClusterSpec:
         raise ClusterError(f"cannot read cluster file {path}: {(err.strerror or str(err)).lower()}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise ClusterError(f"{path}: TOML syntax error: {err}") from None
-    unknown = sorted(set(data) - {"secret_file", "tls", "etcd", "replicas", "node"})
+    unknown = sorted(set(data) - {"secret_file", "tls", "etcd", "replicas", "replica_backlog", "node"})
     if unknown:
-        raise ClusterError(f"{path}: unknown key {unknown[0]} (valid: secret_file, tls, etcd, replicas, node)")
+        raise ClusterError(f"{path}: unknown key {unknown[0]} (valid: secret_file, tls, etcd, replicas, "
+                           f"replica_backlog, node)")
     if "secret_file" not in data:
         raise ClusterError(f"{path} needs secret_file: a file of at least 16 random bytes, mode 0600, "
                            f"the same on every node (e.g. head -c 32 /dev/urandom | base64 > cluster.secret)")
@@ -275,7 +282,10 @@ def load_cluster(path: str) -> ClusterSpec:
     if replicas >= len(serving):
         raise ClusterError(f"{path}: replicas = {replicas} needs at least {replicas + 1} nodes (each "
                            f"follower on a node of its own), the file has {len(serving)}")
-    spec = ClusterSpec(os.path.abspath(path), secret_file, nodes, tls, etcd, replicas)
+    backlog = data.get("replica_backlog", ClusterSpec.replica_backlog)
+    if not isinstance(backlog, int) or isinstance(backlog, bool) or backlog < 1:
+        raise ClusterError(f"{path}: replica_backlog must be a number of events of at least 1, got {backlog!r}")
+    spec = ClusterSpec(os.path.abspath(path), secret_file, nodes, tls, etcd, replicas, backlog)
     if replicas:   # the ports a node serves its copies on, once promoted, must be free too
         for node in serving:
             for ordinal in spec.takeovers(node.name):

@@ -48,6 +48,10 @@ LAG_LIMIT = 2.0
 #: Seconds a catching-up follower may take none of its snapshot, or leave it
 #: unacknowledged once sent (it installs the whole state first).
 CATCH_UP_LIMIT = 60.0
+#: Events kept for a follower still taking its snapshot (the cluster file's
+#: ``replica_backlog``): past it, it starts over, so a slow follower cannot
+#: grow the primary's memory without bound.
+BACKLOG_LIMIT = 1_000_000
 #: Positions no follower holds back (nobody in sync).
 UNBOUNDED = 1 << 62
 
@@ -84,13 +88,16 @@ class Replicator:
 
     def __init__(self, snapshot: Callable[[], Iterator[Event]], position: Callable[[], int],
                  released: Callable[[], None], name: str, lag_limit: float = LAG_LIMIT,
-                 isr_store: Optional[IsrStore] = None, epoch: int = 0) -> None:
+                 isr_store: Optional[IsrStore] = None, epoch: int = 0,
+                 backlog_limit: int = BACKLOG_LIMIT) -> None:
         """``snapshot()``: the engine's live state as events; ``position()``:
         events appended so far; ``released()``: called when the in-sync set's
         position moved (held answers may go); ``isr_store``: where the in-sync
         set is recorded (etcd), which a follower must have left before an
         answer goes without it (None: nowhere, it leaves at once);
-        ``epoch``: the group's epoch, sent in every frame."""
+        ``epoch``: the group's epoch, sent in every frame; ``backlog_limit``:
+        events kept for a follower still taking its snapshot, past which it
+        starts over (the primary's memory stays bounded)."""
         self._snapshot = snapshot
         self._position = position
         self._released = released
@@ -98,6 +105,7 @@ class Replicator:
         self.lag_limit = lag_limit
         self.isr_store = isr_store
         self.epoch = epoch
+        self.backlog_limit = backlog_limit
         self.followers: Dict[int, Follower] = {}   # by id(channel)
         self.drops = 0
         #: deposed: another node is the group's primary; nothing is released any more
@@ -185,7 +193,9 @@ class Replicator:
 
     # ------------------------------------------------------------ the stream
     def publish(self, events: List[Event]) -> None:
-        """Events just appended to the log: each follower's next frame."""
+        """Events just appended to the log: each follower's next frame (one
+        still taking its snapshot keeps them until then, at most about
+        ``backlog_limit``: past it, :meth:`_watch_lag` makes it start over)."""
         for follower in self.followers.values():
             follower.pending += events
 
@@ -231,6 +241,11 @@ class Replicator:
             gevent.sleep(min(0.1, self.lag_limit / 4))
             now = time.monotonic()
             for follower in list(self.followers.values()):
+                if follower.snapshot is not None and len(follower.pending) > self.backlog_limit:
+                    self._drop(follower, f"more than {self.backlog_limit} events logged while it took "
+                                         f"its snapshot: the cluster file's replica_backlog; it starts over",
+                               logging.WARNING)
+                    continue
                 since = follower.waiting_since
                 if since is None:
                     continue
@@ -241,7 +256,9 @@ class Replicator:
                     self._drop(follower, f"took none of its snapshot, or left it unacknowledged, for "
                                          f"over {CATCH_UP_LIMIT:g} s")
 
-    def _drop(self, follower: Follower, why: str) -> None:
+    def _drop(self, follower: Follower, why: str, level: int = logging.INFO) -> None:
+        """End ``follower``'s stream; ``level``: how a catching-up one's end is
+        logged (an in-sync one leaving is always a warning)."""
         was = follower.state
         if follower.snapshot is not None:   # its writer dies with it: nothing is left behind
             follower.snapshot.cancel()
@@ -264,8 +281,8 @@ class Replicator:
                         "with %d in-sync followers", self.name, follower.node, why, len(self.in_sync()))
             self._released()
         else:
-            log.info("shard %s: follower on node %s stopped catching up (%s)", self.name,
-                     follower.node, why)
+            log.log(level, "shard %s: follower on node %s stopped catching up (%s)", self.name,
+                    follower.node, why)
 
     # ------------------------------------------------------ the in-sync set in etcd
     def _record_isr(self) -> None:

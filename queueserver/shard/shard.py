@@ -114,7 +114,8 @@ class Shard:
             if cluster is not None and cluster.spec.replicas:
                 # the primary of its group: every answer waits for the in-sync followers too
                 durability.replicator = Replicator(self.engine.snapshot, lambda: durability.appended,
-                                                   durability.release, cluster.me.name)
+                                                   durability.release, cluster.me.name,
+                                                   backlog_limit=cluster.spec.replica_backlog)
         #: the job history (None: not kept), and who is behind parked requests
         self.history: Optional[HistoryWriter] = None
         self._contexts: Dict[Token, Sequence[str]] = {}
