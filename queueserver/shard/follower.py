@@ -58,6 +58,7 @@ class Copy:
         self._incoming: Optional[Durability] = None   # a snapshot being received
         self._appended = -1         # the position of what was appended (durable or not)
         self._committed = -1
+        self._live = False          # this stream's snapshot is in place: its records apply
         #: the newest epoch of the copy kept on disk (a follower restarted refuses older streams)
         self._kept_epoch = newest_epoch(directory, primary.ordinal, MAX_SHARDS)
 
@@ -101,19 +102,24 @@ class Copy:
         self.durability = self._log(self.directory)
         self.durability.recover(self.engine)
         self.position = self._appended = self._committed = base
+        self._live = True
         return True
 
     def abandon_snapshot(self) -> None:
-        """A stream ended before its snapshot's last part: what came of it is
-        not the state of any instant (the next stream's snapshot starts afresh)."""
+        """A new stream starts: what an earlier one's unfinished snapshot
+        brought is not the state of any instant (the new snapshot starts
+        afresh), and nothing is acknowledged on the new stream before its
+        own snapshot is in place (a position an earlier stream left
+        unacknowledged would tell the primary its snapshot is held)."""
         if self._incoming is not None:
             self._incoming.close()
             self._incoming = None
+        self._live = False
 
     # ------------------------------------------------------- the stream
     def apply(self, upto: int, events: List[Any], epoch: int) -> None:
         engine, durability = self.engine, self.durability
-        if engine is None or durability is None:
+        if engine is None or durability is None or not self._live:
             raise StoreError("events before the live state")   # the stream is broken: dial again
         events = [_as_tuples(event) for event in events]   # as a log's reader gives them
         engine.replay(events)
@@ -126,7 +132,7 @@ class Copy:
     def commit(self, acknowledge: Any) -> None:
         """Once the log holds everything appended: ``acknowledge(position)``."""
         durability = self.durability
-        if durability is None or self._appended <= self._committed:
+        if durability is None or not self._live or self._appended <= self._committed:
             return
         upto = self._committed = self._appended
 

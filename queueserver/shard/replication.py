@@ -168,7 +168,10 @@ class Replicator:
         log.info("shard %s: follower on node %s was sent the live state (%d events, %d bytes) at "
                  "position %d in %.1f s", self.name, follower.node, snapshot.events, snapshot.bytes,
                  snapshot.base, time.monotonic() - snapshot.started)
-        follower.waiting_since = time.monotonic()   # from now on it owes the acknowledgement
+        # From now on it owes the snapshot's acknowledgement (and then each
+        # record's), unless it came already: the follower may install the last
+        # part and answer before the writer's end is seen here.
+        follower.waiting_since = time.monotonic() if follower.acked < follower.base else None
         self._send(follower, self._position())
 
     def detach(self, channel: FrameChannel) -> None:
