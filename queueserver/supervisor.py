@@ -362,11 +362,20 @@ class Supervisor:
 
     def _watch_cluster(self) -> None:
         """A cluster on etcd: its routers follow the slot map and primaries
-        etcd holds, as this thread tells them (they have no etcd client)."""
+        etcd holds, and its shards the primaries, as this thread tells them
+        on their control sockets (they have no etcd client)."""
         if self.cluster is not None and self.cluster.etcd is not None:
             from .cluster.watch import ClusterWatch
-            routers = [self.runtime.file(f"router-{i}.ctl") for i in range(self.config.routers)]
-            self.cluster_watch = ClusterWatch(self.cluster.etcd, routers).start()
+            self.cluster_watch = ClusterWatch(self.cluster.etcd, self._control_sockets).start()
+
+    def _control_sockets(self) -> List[str]:
+        """Every control socket of this node's processes now: its routers',
+        its shards' and those of the copies it serves (``takeover-<ordinal>``)."""
+        try:
+            names = os.listdir(self.runtime.path)
+        except OSError:
+            return []
+        return [self.runtime.file(name) for name in sorted(names) if name.endswith(".ctl")]
 
     def _take_over(self) -> None:
         """Promotions the failover watch won: stop the follower, serve its copy."""

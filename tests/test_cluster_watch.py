@@ -86,7 +86,11 @@ def test_a_failover_reaches_routers_from_etcd_not_by_probing(tmp_path: Path, etc
             assert {c.lease([queue], 1000).payload for _ in range(2)} == {b"before", b"after"}
         spec = load_cluster(str(nodes.file))
         b_place = "%s:%d" % spec.address("b", 0)
-        assert "shard 0's primary is now b (epoch 2), told by etcd: linking to " + b_place in nodes.log("c")
+        told_line = "shard 0's primary is now b (epoch 2), told by etcd: linking to " + b_place
+        assert told_line in nodes.log("c")
+        # c's own shard (an id-home peer of shard 0) was told too: its link went there at once.
+        wait_for(lambda: any(told_line in line and " shard-0 " in line for line in nodes.log("c").splitlines()),
+                 20, "node c's shard to be told of shard 0's new primary")
         state = router_state(nodes, "c")
         assert state["etcd_primary_switches"] == 1
         index, first, current, up, epoch = state["links"][0]
@@ -96,6 +100,12 @@ def test_a_failover_reaches_routers_from_etcd_not_by_probing(tmp_path: Path, etc
         assert ask(control(nodes, "c"), stale) == {"taken": True}
         state = router_state(nodes, "c")
         assert state["links"][0][1:] == [b_place, b_place, True, 2] and state["etcd_primary_switches"] == 1
+        # A shard checks a view as a router does, and takes the same stale one as nothing.
+        shard = os.path.join(str(nodes.procs["c"].runtime_dir), "shard-0.ctl")
+        assert ask(shard, stale) == {"taken": True}
+        refused = ask(shard, ["cluster", "view", None, [[0, "two", "b", False]]])
+        assert refused["status"] == 400 and "is not [ordinal, epoch, node, copy]" in refused["error"]
+        assert nodes.log("c").count(told_line) == 2   # the router's line and the shard's, once each
 
 
 def test_a_slot_map_written_to_etcd_reaches_routers_and_older_news_never_undoes_newer(

@@ -1,4 +1,4 @@
-"""The supervisor's watch on etcd's cluster state, told to its node's routers.
+"""The supervisor's watch on etcd's cluster state, told to its node's routers and shards.
 
 Routers have no etcd client: each node's supervisor watches the keys that
 say where things are (``<prefix>/slotmap``, :mod:`.slotstore`, and
@@ -42,7 +42,7 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import etcd3gw
 import msgpack
@@ -114,12 +114,14 @@ class ClusterState:
 
 
 class ClusterWatch:
-    """Watches ``<prefix>/`` in etcd and tells the routers at ``routers`` (control sockets)."""
+    """Watches ``<prefix>/`` in etcd and tells the processes whose control
+    sockets ``listeners()`` gives: the node's routers (where each slot and
+    primary is) and shards (their links to other shards follow the primaries)."""
 
-    def __init__(self, spec: EtcdSpec, routers: List[str]) -> None:
+    def __init__(self, spec: EtcdSpec, listeners: Callable[[], List[str]]) -> None:
         self.etcd = Etcd(spec)   # its own client: the watch holds one of its connections
         self.prefix = self.etcd.key("")
-        self.routers = routers
+        self.listeners = listeners
         self._lock = threading.Lock()
         self._message: Optional[List[Any]] = None   # None until etcd was read once
         self._version = 0
@@ -225,12 +227,12 @@ class ClusterWatch:
                 return
             self._message = message
             self._version += 1
-        log.info("etcd: %s; telling this node's routers", _changes(before, message))
+        log.info("etcd: %s; telling this node's routers and shards", _changes(before, message))
         self._changed.set()
 
     # ------------------------------------------------------------- telling
     def _tell(self) -> None:
-        told: Dict[str, Tuple[int, Identity]] = {}   # router -> (version, socket) it was told
+        told: Dict[str, Tuple[int, Identity]] = {}   # control socket -> (version, socket) it was told
         while not self._stop.is_set():
             self._changed.wait(TELL_EVERY)
             self._changed.clear()
@@ -238,17 +240,17 @@ class ClusterWatch:
                 message, version = self._message, self._version
             if message is None:
                 continue
-            for path in self.routers:
+            for path in self.listeners():
                 identity = _identity(path)
                 if identity is None or told.get(path) == (version, identity):
                     continue
                 try:
                     answer = ask(path, message)
                 except (OSError, ValueError, msgpack.UnpackException) as err:
-                    log.debug("router %s not told yet: %s", path, err)
+                    log.debug("%s not told yet: %s", path, err)
                     continue   # starting, or stopping: again at the next look
                 if "error" in answer:
-                    log.warning("router %s refused the cluster state: %s", path, answer["error"])
+                    log.warning("%s refused the cluster state: %s", path, answer["error"])
                 told[path] = (version, identity)
 
 

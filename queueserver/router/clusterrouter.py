@@ -27,11 +27,12 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 import gevent
 
 from ..cluster.clusterfile import ClusterSpec, load_cluster
-from ..cluster.slots import MAX_SHARDS, SLOTS, SlotsSummary, slot_of
+from ..cluster.slots import MAX_SHARDS, SlotsSummary, slot_of
 from ..engine.status import MOVED, NOT_FOUND, SERVER_ERROR, Reply
 from ..net import linkauth
 from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, Command
 from .fanout import FirstFound, Gather, SpreadLease
+from .primaries import PrimaryPlaces, view_problem
 from .router import Located, Pending, Router
 from .shardlink import Address, Auth, Places, ShardLink, where
 from .slotmap import SlotMap
@@ -71,8 +72,8 @@ class ClusterRouter(Router):
                 addresses.append(here)
         router = cls(spec, addresses, options, index, routers, limits, direct_path, history, auth=(secret, tls))
         router.key = f"{cluster['node']}/{router.index}"   # router 0 of every node: told apart
-        router.node = cluster["node"]
-        router.local_places = {shard.ordinal: sockets[shard.index] for shard in spec.shards_of(cluster["node"])}
+        router.node = router.primaries.node = cluster["node"]
+        router.primaries.local = {shard.ordinal: sockets[shard.index] for shard in spec.shards_of(cluster["node"])}
         return router
 
     def __init__(self, spec: ClusterSpec, addresses: Sequence[Places],
@@ -86,17 +87,15 @@ class ClusterRouter(Router):
         self.map = SlotMap(spec.founders())
         #: shards that may hold a job (a removed node's shards have no link)
         self.reachable = [link for link in self.links if link.path is not None]
-        #: this router's node, and its own shards' Unix sockets by ordinal (where
-        #: a primary serving from its home shard here is reached)
+        #: this router's node
         self.node = ""
-        self.local_places: Dict[int, str] = {}
-        #: what etcd said, through the supervisor: the newest epoch of each
-        #: group's primary, and the slot map last taken in
-        self.primary_epochs: Dict[int, int] = {}
+        #: what etcd said, through the supervisor: each group's primary (and
+        #: this node's own shards' Unix sockets, where a primary at home here
+        #: is reached), and the slot map last taken in
+        self.primaries = PrimaryPlaces(spec, "", {})
         self._etcd_runs: List[List[int]] = []
         self.etcd_views = 0              # views told
         self.etcd_slots_changed = 0      # slots whose owner changed as etcd's map said
-        self.etcd_primary_switches = 0   # links sent to a new primary as etcd said
 
     # --------------------------------------------------------------- routing
     def shard_for(self, name: str) -> int:
@@ -284,7 +283,7 @@ class ClusterRouter(Router):
             return {"error": f"a router answers [\"cluster\", \"view\", runs, primaries] or "
                              f"[\"cluster\", \"state\"], not {request!r:.100}", "status": 400}
         runs, primaries = request[2], request[3]
-        problem = _view_problem(runs, primaries)
+        problem = view_problem(runs, primaries)
         if problem:
             log.warning("cluster view refused: %s", problem)
             return {"error": f"cluster view refused: {problem}", "status": 400}
@@ -292,7 +291,8 @@ class ClusterRouter(Router):
         if runs is not None and runs != self._etcd_runs:
             self._take_map(runs)
         for ordinal, epoch, node, copy in primaries:
-            self._take_primary(ordinal, epoch, node, copy)
+            if self._knows(ordinal):
+                self.primaries.take(self.links[ordinal], epoch, node, copy)
         return {"taken": True}
 
     def _take_map(self, runs: List[List[int]]) -> None:
@@ -307,42 +307,17 @@ class ClusterRouter(Router):
             self.etcd_slots_changed += changed
             log.info("%d slots change shard as etcd's slot map says", changed)
 
-    def _take_primary(self, ordinal: int, epoch: int, node: str, copy: bool) -> None:
-        """Shard ``ordinal``'s primary is on ``node`` as of ``epoch`` (``copy``:
-        serving the copy it kept as a follower): its link goes there, unless
-        etcd named a newer primary before."""
-        if not self._knows(ordinal) or epoch < self.primary_epochs.get(ordinal, 0):
-            return
-        self.primary_epochs[ordinal] = epoch
-        link = self.links[ordinal]
-        if link.path is None:   # a removed node's shard: nobody serves it
-            return
-        local = self.local_places.get(ordinal) if node == self.node and not copy else None
-        place: Address = local
-        if place is None:
-            try:
-                place = self.spec.address(node, ordinal)
-            except (ValueError, IndexError):   # a node this router's cluster file does not place there
-                log.warning("etcd says node %s is shard %d's primary (epoch %d), which the cluster file "
-                            "%s does not allow; its link stays at %s", node, ordinal, epoch, self.spec.path,
-                            where(link.path))
-                return
-        if link.follow(place):
-            self.etcd_primary_switches += 1
-            log.warning("shard %d's primary is now %s (epoch %d), told by etcd: linking to %s",
-                        ordinal, node, epoch, where(place))
-
     def _state(self) -> Dict[str, Any]:
         """What this router holds: its slot map as runs, each link's places,
         and what etcd told it."""
         return {"node": self.node, "slots": self.map.runs(),
                 "links": [[link.index, where(link.paths[0]), where(link.path), link.up,
-                           self.primary_epochs.get(link.index, 0)] for link in self.links],
+                           self.primaries.epochs.get(link.index, 0)] for link in self.links],
                 **self.cluster_counts()}
 
     def cluster_counts(self) -> Dict[str, int]:
         return {"etcd_views": self.etcd_views, "etcd_slots_changed": self.etcd_slots_changed,
-                "etcd_primary_switches": self.etcd_primary_switches}
+                "etcd_primary_switches": self.primaries.switches}
 
     # ----------------------------------------------------------- shard events
     def _shard_event(self, link: ShardLink, kind: str, body: Any) -> None:
@@ -358,22 +333,3 @@ class ClusterRouter(Router):
                 self.map.ranges_set(ranges, target, epoch)
             return
         super()._shard_event(link, kind, body)
-
-
-def _view_problem(runs: Any, primaries: Any) -> str:
-    """What is wrong with a cluster view off the control socket ("" if nothing)."""
-    if runs is not None:
-        if not isinstance(runs, list):
-            return f"the slot map must be a list of runs, not {type(runs).__name__}"
-        for run in runs:
-            if not (isinstance(run, list) and len(run) == 4 and all(type(n) is int for n in run)
-                    and 0 <= run[0] < run[1] <= SLOTS and 0 <= run[2] < MAX_SHARDS and run[3] >= 0):
-                return f"slot map run {run!r:.60} is not [start, end, ordinal, epoch] within {SLOTS} slots"
-    if not isinstance(primaries, list):
-        return f"the primaries must be a list, not {type(primaries).__name__}"
-    for primary in primaries:
-        if not (isinstance(primary, list) and len(primary) == 4 and type(primary[0]) is int
-                and 0 <= primary[0] < MAX_SHARDS and type(primary[1]) is int and primary[1] >= 0
-                and isinstance(primary[2], str) and isinstance(primary[3], bool)):
-            return f"primary {primary!r:.60} is not [ordinal, epoch, node, copy]"
-    return ""

@@ -25,6 +25,7 @@ import gevent
 
 from ..cluster.slots import slot_of
 from ..engine.status import CLIENT_ERROR, MOVED, NOT_FOUND, OK, SERVER_ERROR, Reply
+from ..router.primaries import PrimaryPlaces, view_problem
 from ..router.shardlink import Address, Auth, Places, ShardLink
 from ..router.slotmap import SlotMap
 from ..sharding import shard_for
@@ -64,6 +65,8 @@ class Peers:
         self.links: Dict[int, ShardLink] = {}
         for i, address in enumerate(addresses):
             self.add(i, address)
+        #: a replicated cluster on etcd: where its supervisor says each primary is
+        self.primaries: Optional[PrimaryPlaces] = None
         self._claims: List[Tuple[str, Verdict]] = []
         self._forgets: Dict[int, List[str]] = {}
         self._scheduled = False
@@ -76,6 +79,25 @@ class Peers:
             self.links[ordinal] = ShardLink(ordinal, address, self._event, self._down, self._up,
                                             None, None, self._auth)
         self.count = max(self.count, ordinal + 1)
+
+    def cluster_view(self, request: List[Any]) -> Dict[str, Any]:
+        """``["cluster", "view", runs, primaries]``, the supervisor's watch on
+        etcd (see :mod:`queueserver.router.primaries`): the links to the
+        shards whose primary it names go there at once. The slot map in it
+        is left alone: a shard learns slots from the shards themselves."""
+        if len(request) != 4 or request[1] != "view":
+            return {"error": f"a shard answers [\"cluster\", \"view\", runs, primaries], not "
+                             f"{request!r:.100}", "status": 400}
+        problem = view_problem(request[2], request[3])
+        if problem:
+            log.warning("shard %d: cluster view refused: %s", self.index, problem)
+            return {"error": f"cluster view refused: {problem}", "status": 400}
+        if self.primaries is not None:
+            for ordinal, epoch, node, copy in request[3]:
+                link = self.links.get(ordinal)
+                if link is not None:
+                    self.primaries.take(link, epoch, node, copy)
+        return {"taken": True}
 
     def home_of(self, id: str) -> int:
         """The shard where ``id`` is at home."""

@@ -45,6 +45,7 @@ from ..store import StoreError
 from .durability import Durability
 from .replication import Replicator
 from .idhome import IdHome
+from ..router.primaries import PrimaryPlaces
 from .peers import DUPLICATE, GRANTED, Peers
 from ..router.shardlink import Address, Places
 from .direct import DirectServer, Token
@@ -171,6 +172,13 @@ class Shard:
         return reply
 
     # ------------------------------------------------------------- id homes
+    def cluster_view(self, request: List[Any]) -> Dict[str, Any]:
+        """The control socket's ``["cluster", ...]``: what the supervisor's
+        watch on etcd says (see :meth:`.peers.Peers.cluster_view`)."""
+        if self.peers is None:
+            return {"error": "this shard links to no other shard", "status": 400}
+        return self.peers.cluster_view(request)
+
     def home_of(self, id: str) -> int:
         """The shard where job id ``id`` is at home (:mod:`.idhome`)."""
         if self.peers is not None:
@@ -270,6 +278,10 @@ class Shard:
         peers = Peers(self.index, addresses, self._peer_up, self._home_batch,
                       linkauth.client_credentials(spec.secret_file, spec.tls), SlotMap(spec.founders()),
                       self._more_peers)
+        if spec.replicas and spec.etcd is not None:
+            peers.primaries = PrimaryPlaces(spec, cluster.node, {
+                shard.ordinal: os.path.join(directory, f"shard-{shard.index}.sock")
+                for shard in spec.shards_of(cluster.node)})
         summary = self._slots().summary()
         peers.learn(self.index, summary["served"], summary["hints"])
         return peers
@@ -875,7 +887,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     if not args.no_metrics:
         shard.stats.attach(shard.engine)   # from here on; replaying the log counted nothing
     from .console import ShardConsole   # the web console's requests (queueserver/console)
-    serve_control(control_path(args.socket), lambda: shard.stats.snapshot(shard), ShardConsole(shard).handle)
+    serve_control(control_path(args.socket), lambda: shard.stats.snapshot(shard), ShardConsole(shard).handle,
+                  shard.cluster_view)
     stop = stop_event()
     settle_gc()
     server = gevent.spawn(shard.serve)

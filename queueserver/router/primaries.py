@@ -1,0 +1,80 @@
+"""Where each replicated shard's primary serves, as etcd says: for any link to it.
+
+A link to a replicated shard knows every place its primary may be and,
+when its link fails, tries them in turn (:class:`.shardlink.ShardLink`).
+Etcd knows at once: the node's supervisor watches each group's record
+(:mod:`queueserver.cluster.watch`) and tells its routers and shards on their
+control sockets ``["cluster", "view", runs, primaries]``. This module is
+the part both take it with: the view's check, and sending a link to the
+primary a view names, never back to an older one.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict
+
+from ..cluster.clusterfile import ClusterSpec
+from ..cluster.slots import MAX_SHARDS, SLOTS
+from .shardlink import Address, ShardLink, where
+
+log = logging.getLogger("queueserver.router")
+
+
+def view_problem(runs: Any, primaries: Any) -> str:
+    """What is wrong with a cluster view off the control socket ("" if nothing)."""
+    if runs is not None:
+        if not isinstance(runs, list):
+            return f"the slot map must be a list of runs, not {type(runs).__name__}"
+        for run in runs:
+            if not (isinstance(run, list) and len(run) == 4 and all(type(n) is int for n in run)
+                    and 0 <= run[0] < run[1] <= SLOTS and 0 <= run[2] < MAX_SHARDS and run[3] >= 0):
+                return f"slot map run {run!r:.60} is not [start, end, ordinal, epoch] within {SLOTS} slots"
+    if not isinstance(primaries, list):
+        return f"the primaries must be a list, not {type(primaries).__name__}"
+    for primary in primaries:
+        if not (isinstance(primary, list) and len(primary) == 4 and type(primary[0]) is int
+                and 0 <= primary[0] < MAX_SHARDS and type(primary[1]) is int and primary[1] >= 0
+                and isinstance(primary[2], str) and isinstance(primary[3], bool)):
+            return f"primary {primary!r:.60} is not [ordinal, epoch, node, copy]"
+    return ""
+
+
+class PrimaryPlaces:
+    """The newest primary etcd named for each shard, and the links sent there.
+
+    ``node``: the node this process runs on; ``local``: its own shards'
+    Unix sockets by ordinal, where a primary serving from its home shard on
+    this node is reached (any other place is the cluster file's TCP address
+    of that node for that shard: its home link port, or a copy's)."""
+
+    def __init__(self, spec: ClusterSpec, node: str, local: Dict[int, str]) -> None:
+        self.spec = spec
+        self.node = node
+        self.local = local
+        self.epochs: Dict[int, int] = {}
+        self.switches = 0   # links sent to a new primary
+
+    def take(self, link: ShardLink, epoch: int, node: str, copy: bool) -> None:
+        """Shard ``link.index``'s primary is on ``node`` as of ``epoch``
+        (``copy``: serving the copy it kept as a follower): the link goes
+        there, unless etcd named a newer primary before."""
+        ordinal = link.index
+        if epoch < self.epochs.get(ordinal, 0) or link.path is None:   # older news; a removed node's shard
+            return
+        self.epochs[ordinal] = epoch
+        place: Address
+        local = self.local.get(ordinal) if node == self.node and not copy else None
+        if local is not None:
+            place = local
+        else:
+            try:
+                place = self.spec.address(node, ordinal)
+            except (ValueError, IndexError):   # a node the cluster file does not place there
+                log.warning("etcd says node %s is shard %d's primary (epoch %d), which the cluster file "
+                            "%s does not allow; its link stays at %s", node, ordinal, epoch, self.spec.path,
+                            where(link.path))
+                return
+        if link.follow(place):
+            self.switches += 1
+            log.warning("shard %d's primary is now %s (epoch %d), told by etcd: linking to %s",
+                        ordinal, node, epoch, where(place))
