@@ -162,18 +162,35 @@ class Etcd:
             client.session.close()
 
 
+def transact(etcd: Etcd, compare: List[Dict[str, Any]], writes: List[Dict[str, Any]]) -> Optional[int]:
+    """``writes`` (see :func:`put_request`) in one transaction if every
+    ``compare`` holds: the revision it made, None if a compare failed."""
+    txn = {"compare": compare, "success": writes, "failure": []}
+    answer = etcd.call(lambda client: client.transaction(txn))
+    if not answer.get("succeeded", False):
+        return None
+    return int(answer["header"]["revision"])
+
+
+def created_at(key: str, revision: int) -> Dict[str, Any]:
+    """A transaction's compare: ``key`` was created at ``revision`` (0: it does not exist)."""
+    return {"key": _encode(key), "result": "EQUAL", "target": "CREATE", "create_revision": str(revision)}
+
+
+def put_request(key: str, value: str, lease: Optional[int] = None) -> Dict[str, Any]:
+    """A transaction's write of ``value`` at ``key`` (attached to ``lease``, if given)."""
+    put: Dict[str, Any] = {"key": _encode(key), "value": _encode(value)}
+    if lease is not None:
+        put["lease"] = str(lease)
+    return {"request_put": put}
+
+
 def compare_and_put(etcd: Etcd, key: str, revision: int, value: str) -> bool:
     """Write ``value`` at ``key`` if the key is still at modification
     ``revision`` (0: still absent), in one transaction; whether it was written."""
-    name = _encode(key)
-    compare: Dict[str, Any] = ({"key": name, "result": "EQUAL", "target": "CREATE", "create_revision": "0"}
-                               if revision == 0 else
-                               {"key": name, "result": "EQUAL", "target": "MOD", "mod_revision": str(revision)})
-    txn = {"compare": [compare],
-           "success": [{"request_put": {"key": name, "value": _encode(value)}}],
-           "failure": []}
-    answer = etcd.call(lambda client: client.transaction(txn))
-    return bool(answer.get("succeeded", False))
+    compare = (created_at(key, 0) if revision == 0 else
+               {"key": _encode(key), "result": "EQUAL", "target": "MOD", "mod_revision": str(revision)})
+    return transact(etcd, [compare], [put_request(key, value)]) is not None
 
 
 def read_with_revision(etcd: Etcd, key: str) -> Tuple[Optional[bytes], int]:

@@ -33,7 +33,7 @@ from typing import Any, Dict, List, Optional, Sequence, TypedDict
 from etcd3gw.utils import _encode
 
 from . import slotstore
-from .coordination import Etcd
+from .coordination import Etcd, created_at, put_request, transact
 from .slots import PlannedMove
 
 PLAN, DRIVER = "plan", "driver"
@@ -140,7 +140,7 @@ def read(etcd: Etcd) -> Intents:
 
 
 def _put(key: str, record: Any) -> Dict[str, Any]:
-    return {"request_put": {"key": _encode(key), "value": _encode(json.dumps(record, sort_keys=True))}}
+    return put_request(key, json.dumps(record, sort_keys=True))
 
 
 def _delete(key: str) -> Dict[str, Any]:
@@ -164,16 +164,11 @@ class Driver:
     def take(cls, etcd: Etcd, lease: int, command: str, node: Optional[str],
              founders: Sequence[int]) -> Optional["Driver"]:
         """Become the driver on ``lease`` (create-only); None if another one is."""
-        name = _encode(etcd.key("moves", DRIVER))
+        key = etcd.key("moves", DRIVER)
         record = {"command": command, "by": who(), "node": node, "started": time.time()}
-        txn = {"compare": [{"key": name, "result": "EQUAL", "target": "CREATE", "create_revision": "0"}],
-               "success": [{"request_put": {"key": name, "value": _encode(json.dumps(record, sort_keys=True)),
-                                            "lease": str(lease)}}],
-               "failure": []}
-        answer = etcd.call(lambda client: client.transaction(txn))
-        if not answer.get("succeeded", False):
-            return None
-        return cls(etcd, int(answer["header"]["revision"]), founders)
+        created = transact(etcd, [created_at(key, 0)],
+                           [put_request(key, json.dumps(record, sort_keys=True), lease)])
+        return None if created is None else cls(etcd, created, founders)
 
     @classmethod
     def adopt(cls, etcd: Etcd, lease: int, founders: Sequence[int]) -> "Driver":
@@ -188,12 +183,7 @@ class Driver:
 
     def _commit(self, writes: List[Dict[str, Any]]) -> None:
         """``writes`` in one transaction, if this process is still the driver."""
-        name = _encode(self.key(DRIVER))
-        txn = {"compare": [{"key": name, "result": "EQUAL", "target": "CREATE",
-                            "create_revision": str(self.created)}],
-               "success": writes, "failure": []}
-        answer = self.etcd.call(lambda client: client.transaction(txn))
-        if not answer.get("succeeded", False):
+        if transact(self.etcd, [created_at(self.key(DRIVER), self.created)], writes) is None:
             raise Superseded(f"this process no longer holds {self.key(DRIVER)} (its etcd lease lapsed): "
                              f"it stops, and a node's supervisor resumes the moves left")
 
