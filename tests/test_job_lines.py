@@ -202,7 +202,7 @@ def test_an_entry_added_while_firing_is_seen_when_due():
 def test_equal_deadlines_fire_the_general_list_first():
     timers = Timers()
     job = _job(1, ttl=1, sched=0)
-    timer = Timer(1000, "ttr", job)
+    timer = Timer(1000, "ttr", job.id)
     timers.add(job)
     timers.add(timer)
     assert list(timers.due(1000)) == [timer, job]

@@ -3,6 +3,7 @@ what was put in, and keys sort as the (-priority, sched, created, number)
 tuples they stand for."""
 from __future__ import annotations
 
+import gc
 import random
 
 import pytest
@@ -145,7 +146,7 @@ def test_attempts_left_follows_max_attempts():
 def test_timer_and_result_share_a_slot_without_mixing():
     job = Job("a", 1, "q", b"")
     assert job.timer is None and job.result is None
-    timer = Timer(10, "ttr", job)
+    timer = Timer(10, "ttr", job.id)
     job.state = LEASED
     job.timer = timer
     assert job.timer is timer and job.result is None
@@ -176,3 +177,14 @@ def test_schedule_key_sorts_as_sched_then_number():
     jobs = [Job(str(n), n, "q", b"", created=0, sched=s, priority=p)
             for n, s, p in [(5, 300, 0), (1, 300, 9), (7, 100, -2), (2, YEAR_0, 0), (3, YEAR_9999, 0)]]
     assert [j.number for j in sorted(jobs, key=schedule_key)] == [2, 7, 1, 5, 3]
+
+
+def test_a_job_and_its_timer_make_no_cycle():
+    """A timer names its job by id: compiled, a job is kept out of the cyclic
+    GC (no GC header), so a cycle through it would never be freed."""
+    job = Job("a", 1, "q", b"")
+    job.state = LEASED
+    job.timer = Timer(10, "ttr", job.id)
+    assert job not in gc.get_referents(job.timer)
+    if queueserver.COMPILED:
+        assert not gc.is_tracked(job)

@@ -177,9 +177,13 @@ class Engine:
                 entry.due = None
                 self._wait_expired(entry)
                 continue
-            job = entry if entry.kind == T_TTL else entry.job
             kind, due = entry.kind, entry.due
-            assert job is not None and due is not None   # an engine's timer has a job; it fell due
+            if entry.kind == T_TTL:
+                job = entry
+            else:
+                assert entry.job_id is not None   # an engine's timer names its job
+                job = self.jobs[entry.job_id]
+            assert due is not None   # it fell due
             if kind == T_TTR and job.foreground and not self._caller_waits(job.id):
                 # The `run` caller's wait-timeout passed while a worker held the
                 # job; the lease is over too, so the caller gets TIMEOUT.
@@ -701,7 +705,7 @@ class Engine:
         self._register(job, queue)
         if sched is not None and sched > now:
             queue.sleep(job)
-            job.timer = self.timers.add(Timer(sched, T_WAKE, job))
+            job.timer = self.timers.add(Timer(sched, T_WAKE, job.id))
         else:
             queue.push(job)
             self._offer(queue, now)
@@ -736,12 +740,12 @@ class Engine:
             job.result = result
         elif state == J.LEASED:
             if lease_due is not None:
-                job.timer = self.timers.add(Timer(lease_due, T_TTR, job))
+                job.timer = self.timers.add(Timer(lease_due, T_TTR, job.id))
             elif ttr:   # the lease's deadline is not known: it runs a whole TTR from here
-                job.timer = self.timers.add(Timer(self.now + ttr * MS, T_TTR, job))
+                job.timer = self.timers.add(Timer(self.now + ttr * MS, T_TTR, job.id))
         elif sleeping:
             queue.sleep(job)
-            job.timer = self.timers.add(Timer(sched, T_WAKE, job))
+            job.timer = self.timers.add(Timer(sched, T_WAKE, job.id))
         else:
             queue.push(job)
 
@@ -784,7 +788,7 @@ class Engine:
         job.attempts += 1
         ttr = job.ttr
         if ttr:
-            job.timer = self.timers.add(Timer(now + ttr * MS, T_TTR, job))
+            job.timer = self.timers.add(Timer(now + ttr * MS, T_TTR, job.id))
 
     def _ev_unlease(self, id: str, now: int) -> None:
         job = self.jobs[id]

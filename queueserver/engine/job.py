@@ -7,7 +7,8 @@ clients (TTR, TTL) are kept in their original milliseconds.
 
 A shard holds up to millions of queued jobs, so a job is kept small
 (tests/test_engine_memory.py guards the figure): six slots, an 80-byte
-object (CPython 3.11, with its GC header), where eight took 96.
+object (CPython 3.11: with its GC header in plain Python; compiled, with
+mypyc's vtable pointer and no GC header), where eight took 96.
 
 * ``key``, one int, is its place in a ready queue and holds its priority,
   schedule time, creation time and number (see :func:`pack_order`); the
@@ -26,6 +27,8 @@ object (CPython 3.11, with its GC header), where eight took 96.
 from __future__ import annotations
 
 from typing import ClassVar, Dict, Literal, Optional, Tuple, Union
+
+from mypy_extensions import mypyc_attr
 
 from .timers import Timer
 
@@ -128,8 +131,14 @@ def _fields_out_of_range(**fields: int) -> ValueError:
     return ValueError("job field out of range: " + " ".join(f"{k}={v}" for k, v in fields.items()))
 
 
+@mypyc_attr(acyclic=True)
 class Job:
-    """One job. ``key`` is its place in a ready queue (smallest first)."""
+    """One job. ``key`` is its place in a ready queue (smallest first).
+
+    Compiled, it is kept out of the cyclic GC (``acyclic``): no GC header,
+    so 80 bytes rather than 96, and no collector pass over millions of jobs.
+    Nothing it holds can lead back to it (its timer names it by id).
+    """
 
     #: as an entry of the shard's timers, a job stands for its TTL
     kind: ClassVar[Literal["ttl"]] = "ttl"

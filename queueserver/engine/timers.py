@@ -108,14 +108,19 @@ def discarded(line: Line[T], value: T) -> bool:
 
 @final
 class Timer:
-    """A deadline of a job other than its TTL (TTR, or a scheduled wake-up)."""
+    """A deadline of a job other than its TTL (TTR, or a scheduled wake-up).
 
-    __slots__ = ("due", "kind", "job")
+    It names its job by id, not by reference: the job holds its timer, and a
+    timer holding the job back would make a cycle, which a job, kept out of
+    the cyclic GC (job.py), must never be part of.
+    """
 
-    def __init__(self, due: int, kind: Literal["wake", "ttr"], job: Optional[Job]) -> None:
+    __slots__ = ("due", "kind", "job_id")
+
+    def __init__(self, due: int, kind: Literal["wake", "ttr"], job_id: Optional[str]) -> None:
         self.due = due
         self.kind = kind
-        self.job = job            # None only where no engine runs (tests)
+        self.job_id = job_id      # None only where no engine runs (tests)
 
 
 #: What the timers hold; its ``kind`` tells which: "ttl" a job, "wait" a waiter.
