@@ -1,9 +1,11 @@
 """Which shard owns a queue: the one rule routers and shards must share."""
 from __future__ import annotations
 
+from typing import Final
+
 import xxhash
 
-_hash = xxhash.xxh64_intdigest
+_hash: Final = xxhash.xxh64_intdigest
 
 
 def shard_for(name: str, shards: int) -> int:

@@ -72,8 +72,8 @@ from .ownership import SlotOwnership
 from .timers import Timer, Timers
 from ..cluster.slots import from_ranges, slot_of
 
-MS = 1000  # microseconds per millisecond
-MOVE_CHUNK_BYTES = 4 << 20   # payload bytes per part of a slot move (frames stay far below their cap)
+MS: Final = 1000  # microseconds per millisecond
+MOVE_CHUNK_BYTES: Final = 4 << 20   # payload bytes per part of a slot move (frames stay far below their cap)
 
 # Timer kinds.
 T_WAKE: Final = "wake"        # a scheduled job's time has come
@@ -1009,7 +1009,7 @@ class Engine:
 #: now, token, *args)`` -> its reply, or None when it waits. Module-level
 #: tables, not class attributes: what mypyc compiles keeps no dicts of
 #: methods in a class body.
-REQUESTS: Dict[str, Callable[..., Optional[Reply]]] = {
+REQUESTS: Final[Dict[str, Callable[..., Optional[Reply]]]] = {
     "add": Engine._add, "run": Engine._run, "lease": Engine._lease, "unlease": Engine._unlease,
     "complete": Engine._complete, "fail": Engine._fail, "retry": Engine._retry, "delete": Engine._delete,
     "delete_number": Engine._delete_number, "result": Engine._result, "cancel": Engine._cancel,
@@ -1026,7 +1026,7 @@ REQUESTS: Dict[str, Callable[..., Optional[Reply]]] = {
 #: The state changes :meth:`Engine.apply` carries out, by event name:
 #: ``handler(engine, *event[1:])``. Each engine starts with a copy
 #: (:attr:`Engine.handlers`) that a shard's statistics may wrap.
-EVENTS: Dict[str, Callable[..., None]] = {
+EVENTS: Final[Dict[str, Callable[..., None]]] = {
     "add": Engine._ev_add, "restore": Engine._ev_restore, T_WAKE: Engine._ev_wake,
     "lease": Engine._ev_lease, "unlease": Engine._ev_unlease, T_TTR: Engine._ev_ttr,
     "exhaust": Engine._ev_exhaust, "complete": Engine._ev_complete, "fail": Engine._ev_fail,

@@ -26,67 +26,67 @@ mypyc's vtable pointer and no GC header), where eight took 96.
 """
 from __future__ import annotations
 
-from typing import ClassVar, Dict, Literal, Optional, Tuple, Union
+from typing import ClassVar, Dict, Final, Literal, Optional, Tuple, Union
 
 from mypy_extensions import mypyc_attr
 
 from .timers import Timer
 
-NEW = 0
-COMPLETED = 1
-FAILED = 2
-PENDING = 3
-LEASED = 4
+NEW: Final = 0
+COMPLETED: Final = 1
+FAILED: Final = 2
+PENDING: Final = 3
+LEASED: Final = 4
 
 #: Hard cap on attempts when a workq job says "unlimited" (max-attempts 0).
-ATTEMPTS_CAP = 255
+ATTEMPTS_CAP: Final = 255
 #: max_attempts of jobs from protocols with no attempt limit at all.
-UNLIMITED_ATTEMPTS = -1
+UNLIMITED_ATTEMPTS: Final = -1
 
-MS = 1000  # microseconds per millisecond
+MS: Final = 1000  # microseconds per millisecond
 
 # ``key`` layout, most significant first: -priority (any size, signed), then
 # schedule + 2**62 (63 bits), creation + 2**57 (58 bits), number (58 bits).
 # Comparing keys compares (-priority, sched, created, number) as the tuple
 # did; a priority-0 job's key stays within 179 bits, a 48-byte int.
-_N_BITS = 58
-_C_BITS = 58
-_S_BITS = 63
-_C_SHIFT = _N_BITS
-_S_SHIFT = _N_BITS + _C_BITS
-_P_SHIFT = _S_SHIFT + _S_BITS
-_S_BIAS = 1 << (_S_BITS - 1)
-_C_BIAS = 1 << (_C_BITS - 1)
-_N_MASK = (1 << _N_BITS) - 1
-_C_MASK = (1 << _C_BITS) - 1
-_S_MASK = (1 << _S_BITS) - 1
+_N_BITS: Final = 58
+_C_BITS: Final = 58
+_S_BITS: Final = 63
+_C_SHIFT: Final = _N_BITS
+_S_SHIFT: Final = _N_BITS + _C_BITS
+_P_SHIFT: Final = _S_SHIFT + _S_BITS
+_S_BIAS: Final = 1 << (_S_BITS - 1)
+_C_BIAS: Final = 1 << (_C_BITS - 1)
+_N_MASK: Final = (1 << _N_BITS) - 1
+_C_MASK: Final = (1 << _C_BITS) - 1
+_S_MASK: Final = (1 << _S_BITS) - 1
 
 # ``flags`` layout, least significant first: the state and the attempts
 # (set on every lease and result, so at the bottom: changing them touches
 # only a small int before the one big addition), ttr (ms, read on every
 # lease), the attempt and fail limits, the fail count, two bits, and ttl
 # (ms) as the top field, so any TTL fits.
-_STATE_MASK = 0b111
-_ATTEMPTS_SHIFT = 3
-_ATTEMPTS_BITS = 45                                   # 3.5e13 leases of one job
-_ATTEMPTS_MAX = (1 << _ATTEMPTS_BITS) - 1
-_ATTEMPTS_MASK = _ATTEMPTS_MAX << _ATTEMPTS_SHIFT     # in place
-_TTR_SHIFT = _ATTEMPTS_SHIFT + _ATTEMPTS_BITS
-_TTR_BITS = 64
-_TTR_MASK = (1 << _TTR_BITS) - 1
-_FIELD_BITS = 32
-_FIELD_MASK = (1 << _FIELD_BITS) - 1
-_MAX_ATTEMPTS_SHIFT = _TTR_SHIFT + _TTR_BITS          # max_attempts + 1
-_MAX_FAILS_SHIFT = _MAX_ATTEMPTS_SHIFT + _FIELD_BITS
-_FAILS_SHIFT = _MAX_FAILS_SHIFT + _FIELD_BITS         # fails <= max(max_fails, 1)
-_FAILS_MASK = (1 << (_FIELD_BITS + 1)) - 1
-_FOREGROUND = 1 << (_FAILS_SHIFT + _FIELD_BITS + 1)
-_SCHEDULED = _FOREGROUND << 1
-_TTL_SHIFT = _FAILS_SHIFT + _FIELD_BITS + 3
-_BELOW_TTL = (1 << _TTL_SHIFT) - 1
-_NOT_FAILS = ~(_FAILS_MASK << _FAILS_SHIFT)
+_STATE_MASK: Final = 0b111
+_ATTEMPTS_SHIFT: Final = 3
+_ATTEMPTS_BITS: Final = 45                                   # 3.5e13 leases of one job
+_ATTEMPTS_MAX: Final = (1 << _ATTEMPTS_BITS) - 1
+_ATTEMPTS_MASK: Final = _ATTEMPTS_MAX << _ATTEMPTS_SHIFT     # in place
+_TTR_SHIFT: Final = _ATTEMPTS_SHIFT + _ATTEMPTS_BITS
+_TTR_BITS: Final = 64
+_TTR_MASK: Final = (1 << _TTR_BITS) - 1
+_FIELD_BITS: Final = 32
+_FIELD_MASK: Final = (1 << _FIELD_BITS) - 1
+_MAX_ATTEMPTS_SHIFT: Final = _TTR_SHIFT + _TTR_BITS          # max_attempts + 1
+_MAX_FAILS_SHIFT: Final = _MAX_ATTEMPTS_SHIFT + _FIELD_BITS
+_FAILS_SHIFT: Final = _MAX_FAILS_SHIFT + _FIELD_BITS         # fails <= max(max_fails, 1)
+_FAILS_MASK: Final = (1 << (_FIELD_BITS + 1)) - 1
+_FOREGROUND: Final = 1 << (_FAILS_SHIFT + _FIELD_BITS + 1)
+_SCHEDULED: Final = _FOREGROUND << 1
+_TTL_SHIFT: Final = _FAILS_SHIFT + _FIELD_BITS + 3
+_BELOW_TTL: Final = (1 << _TTL_SHIFT) - 1
+_NOT_FAILS: Final = ~(_FAILS_MASK << _FAILS_SHIFT)
 
-_interned: Dict[int, int] = {}
+_interned: Final[Dict[int, int]] = {}
 
 
 def _intern(flags: int) -> int:

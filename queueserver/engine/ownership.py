@@ -12,12 +12,14 @@ owner and the move's epoch) for routers that still hold an old map.
 from __future__ import annotations
 
 from array import array
-from typing import Dict, List, Optional, Sequence, Set, Tuple, TypedDict, Union
+from typing import Dict, Final, List, Optional, Sequence, Set, Tuple, TypedDict, Union
 
 from ..cluster.slots import SLOTS, Ranges, from_ranges, to_ranges
 from .effects import Event, JobEvent
 
-NOT_OURS, SERVING, MOVING = 0, 1, 2
+NOT_OURS: Final = 0
+SERVING: Final = 1
+MOVING: Final = 2
 
 
 class OutgoingMove:

@@ -6,13 +6,13 @@ own protocol's form (``-TIMEOUT`` for workq, ``:-1`` for takeanumber, ...).
 """
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, Final, List
 
-OK = 0
-NOT_FOUND = 1
-TIMEOUT = 2          # nothing arrived within the wait (also: "empty" for non-blocking takes)
-CLIENT_ERROR = 3
-SERVER_ERROR = 4
+OK: Final = 0
+NOT_FOUND: Final = 1
+TIMEOUT: Final = 2          # nothing arrived within the wait (also: "empty" for non-blocking takes)
+CLIENT_ERROR: Final = 3
+SERVER_ERROR: Final = 4
 
 Reply = List[Any]
 
@@ -46,4 +46,4 @@ def server_error(message: str) -> EngineError:
 #: Not an answer for a client: "this shard does not (or no longer) serve that
 #: queue or job; ask the one named". ``[MOVED, [slot or None, owner ordinal
 #: or None, epoch]]``. Only routers see it; they retry at the owner.
-MOVED = 5
+MOVED: Final = 5

@@ -7,14 +7,17 @@ the control socket's business (:mod:`queueserver.metrics.control`).
 """
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Final
 
 #: Indexes into :data:`COUNTS`.
-RECEIVED, SENT, ACCEPTED, OPEN = range(4)
+RECEIVED: Final = 0
+SENT: Final = 1
+ACCEPTED: Final = 2
+OPEN: Final = 3
 
 #: bytes received from clients, bytes of answers written to them, connections
 #: accepted (by a router's listener), connections served in this process now.
-COUNTS = [0, 0, 0, 0]
+COUNTS: Final = [0, 0, 0, 0]
 
 
 def snapshot() -> Dict[str, int]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Final, Iterator, List, Optional
 
 import gevent
 import gevent.ssl
@@ -29,9 +29,9 @@ import msgpack
 if TYPE_CHECKING:
     from gevent._types import _IoWatcher
 
-log = logging.getLogger(__name__)
+log: Final = logging.getLogger(__name__)
 
-RECV_SIZE = 65536  # larger buffers cost a page mapping per recv
+RECV_SIZE: Final = 65536  # larger buffers cost a page mapping per recv
 
 _pending: List["BatchWriter"] = []   # writers with bytes queued this loop turn
 _scheduled = False
@@ -242,7 +242,7 @@ class BatchWriter:
 
 
 #: link frames this process has sent over every FrameChannel (for /status: messaging per job)
-FRAMES_SENT: List[int] = [0]
+FRAMES_SENT: Final[List[int]] = [0]
 
 
 class FrameChannel:

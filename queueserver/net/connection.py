@@ -49,7 +49,7 @@ import struct
 import termios
 import time
 from collections import deque
-from typing import (TYPE_CHECKING, Any, Callable, Deque, Dict, Generic, Optional, Protocol, Tuple,
+from typing import (TYPE_CHECKING, Any, Callable, Deque, Dict, Final, Generic, Optional, Protocol, Tuple,
                     TypeVar, cast)
 
 import gevent
@@ -63,30 +63,30 @@ from ..metrics.traffic import ACCEPTED, COUNTS as _TRAFFIC, OPEN, RECEIVED, SENT
 if TYPE_CHECKING:
     from gevent._types import _IoWatcher, _TimerWatcher
 
-log = logging.getLogger("queueserver.connection")
+log: Final = logging.getLogger("queueserver.connection")
 
-MAX_UNANSWERED = 4096           # requests in flight before reading pauses
-LINGER_SECONDS = 2.0            # how long a closing connection waits for its last reply to leave
-ACK_POLL = 0.005                # seconds between checks that the last answers were acknowledged
-PRUNE_DELIVERIES = 32           # deliveries remembered before asking the kernel which were acknowledged
-_TCP_CLOSE = 7                  # tcp_info.tcpi_state of a connection that was reset
-_BYTES_ACKED = struct.Struct("<Q")   # tcp_info.tcpi_bytes_acked, at byte 120 (Linux 4.1+)
-_BYTES_ACKED_AT = 120
-SMALL_REPLY = 256               # budget of an answer that carries no payload
-QUEUE_ENTRY = 300               # budget of one queue in an ``inspect queues`` answer
+MAX_UNANSWERED: Final = 4096           # requests in flight before reading pauses
+LINGER_SECONDS: Final = 2.0            # how long a closing connection waits for its last reply to leave
+ACK_POLL: Final = 0.005                # seconds between checks that the last answers were acknowledged
+PRUNE_DELIVERIES: Final = 32           # deliveries remembered before asking the kernel which were acknowledged
+_TCP_CLOSE: Final = 7                  # tcp_info.tcpi_state of a connection that was reset
+_BYTES_ACKED: Final = struct.Struct("<Q")   # tcp_info.tcpi_bytes_acked, at byte 120 (Linux 4.1+)
+_BYTES_ACKED_AT: Final = 120
+SMALL_REPLY: Final = 256               # budget of an answer that carries no payload
+QUEUE_ENTRY: Final = 300               # budget of one queue in an ``inspect queues`` answer
 
 # What :meth:`Server.placement` says of a command.
-SERVE = 0        # execute it here
-MAY_MOVE = 1     # better served elsewhere: move if nothing is in flight, else serve here
-MUST_MOVE = 2    # cannot be served here: hold it until the connection can move
+SERVE: Final = 0        # execute it here
+MAY_MOVE: Final = 1     # better served elsewhere: move if nothing is in flight, else serve here
+MUST_MOVE: Final = 2    # cannot be served here: hold it until the connection can move
 
-_READ = 1
+_READ: Final = 1
 #: Requests whose answer may carry a job's payload or result.
-_PAYLOAD_ANSWERS = frozenset(("lease", "take", "result", "run", "inspect_job"))
+_PAYLOAD_ANSWERS: Final = frozenset(("lease", "take", "result", "run", "inspect_job"))
 #: Requests whose answer hands a job over with no acknowledgement to come.
-_DELIVERIES = frozenset(("lease", "take"))
+_DELIVERIES: Final = frozenset(("lease", "take"))
 #: Requests answered with up to ``limit`` (their last argument) jobs.
-_LISTING_ANSWERS = frozenset(("inspect_jobs", "inspect_scheduled"))
+_LISTING_ANSWERS: Final = frozenset(("inspect_jobs", "inspect_scheduled"))
 
 #: What a server's :meth:`Server.execute` returns for a request that waits:
 #: the connection keeps it, opaque, to hand back to withdraw or cut short.

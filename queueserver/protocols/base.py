@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Final, List, Optional, Sequence, Union
 
 from ..engine.job import UNLIMITED_ATTEMPTS
 from ..engine.requests import AddRequest
 from ..engine.status import OK, Reply
 
 # How the router finds the shard(s) for a command.
-LOCAL = 0      # answered by the codec itself (``reply`` is ready)
-BY_NAME = 1    # ``key`` is a queue name
-BY_NAMES = 2   # ``key`` is a list of queue names (a lease on several queues)
-BY_ID = 3      # ``key`` is a job UUID
-BY_NUMBER = 4  # ``key`` is a job's 64-bit number
-ALL = 5        # every shard answers; the router merges the answers
+LOCAL: Final = 0      # answered by the codec itself (``reply`` is ready)
+BY_NAME: Final = 1    # ``key`` is a queue name
+BY_NAMES: Final = 2   # ``key`` is a list of queue names (a lease on several queues)
+BY_ID: Final = 3      # ``key`` is a job UUID
+BY_NUMBER: Final = 4  # ``key`` is a job's 64-bit number
+ALL: Final = 5        # every shard answers; the router merges the answers
 
 Render = Callable[[Reply], bytes]
 #: What a codec remembers between commands (:meth:`StreamCodec.state_at`):
@@ -48,22 +48,22 @@ def renderer(on_ok: Callable[[Any], bytes], on_error: Callable[..., bytes]) -> C
 SERVER_ID = ""
 
 #: The one payload limit of every protocol (the decisions file's ``max_payload``).
-MAX_PAYLOAD = 1048576
+MAX_PAYLOAD: Final = 1048576
 
 #: Bytes of a queue name, where a protocol's seed does not say otherwise.
-MAX_QUEUE_NAME = 255
+MAX_QUEUE_NAME: Final = 255
 #: The queue-name rule in words, for error messages.
 QUEUE_NAME_RULE = "1 to 255 bytes of UTF-8, no whitespace or control characters"
 
-_PLAIN_NAME = re.compile(rb"[!-~]{1,255}")   # printable ASCII without the space
+_PLAIN_NAME: Final = re.compile(rb"[!-~]{1,255}")   # printable ASCII without the space
 #: Whitespace (``str.isspace``: ``\s`` of a str pattern) or a control
 #: character (category Cc): either can break a reply's framing.
-_UNSAFE = re.compile(r"[\s\x00-\x1f\x7f-\x9f]")
+_UNSAFE: Final = re.compile(r"[\s\x00-\x1f\x7f-\x9f]")
 
 #: Names already found valid, raw -> decoded: most requests name a queue
 #: named before, and a dict lookup costs a tenth of the check.
-_VALID_NAMES: Dict[bytes, str] = {}
-NAME_MEMO = 4096    # entries kept; the memo starts over when full
+_VALID_NAMES: Final[Dict[bytes, str]] = {}
+NAME_MEMO: Final = 4096    # entries kept; the memo starts over when full
 
 
 def valid_queue_name(raw: bytes) -> Optional[str]:
@@ -141,7 +141,7 @@ class Command:
 
 
 #: Beyond every limit any protocol has (a 64-bit value has 20 digits).
-HUGE = 10 ** 30
+HUGE: Final = 10 ** 30
 
 
 def parse_int(token: bytes) -> int:

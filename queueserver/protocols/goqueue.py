@@ -54,7 +54,7 @@ from __future__ import annotations
 import re
 import struct
 from functools import partial
-from typing import Any, Optional, Sequence
+from typing import Any, Final, Optional, Sequence
 
 from ..engine import status as S
 from ..engine.status import Reply
@@ -63,22 +63,22 @@ from . import ordering
 from .base import (BY_NAME, BY_NUMBER, MAX_PAYLOAD, QUEUE_NAME_RULE, Command, InputBuffer,
                    StreamCodec, new_job, renderer, valid_queue_name)
 
-MAX_WORD = 64             # a command word longer than this is not one
-MAX_NAME = 65536          # bytes scanned for a queue name's NUL before the framing is lost
+MAX_WORD: Final = 64             # a command word longer than this is not one
+MAX_NAME: Final = 65536          # bytes scanned for a queue name's NUL before the framing is lost
 
 INVALID_NAME = "Invalid queue name: " + QUEUE_NAME_RULE
 
-_WORD = re.compile(rb"\A[A-Z]+\Z")
-_U32 = struct.Struct("<I")
-_U64 = struct.Struct("<Q")
-_ADD_FIXED = struct.Struct("<III")   # priority, ttp, data length
-_REQUESTS = frozenset((b"ADD", b"DELETE", b"RESERVE"))
+_WORD: Final = re.compile(rb"\A[A-Z]+\Z")
+_U32: Final = struct.Struct("<I")
+_U64: Final = struct.Struct("<Q")
+_ADD_FIXED: Final = struct.Struct("<III")   # priority, ttp, data length
+_REQUESTS: Final = frozenset((b"ADD", b"DELETE", b"RESERVE"))
 
-OK_REPLY = b"OK\0"
-TIMEOUT_REPLY = b"TIMEOUT\0"
-STATUS_RESERVED = b"reserved"
+OK_REPLY: Final = b"OK\0"
+TIMEOUT_REPLY: Final = b"TIMEOUT\0"
+STATUS_RESERVED: Final = b"reserved"
 #: RESERVED's head: the word, id, priority, ttp, the status and the data length.
-_RESERVED = struct.Struct(f"<9sQII{len(STATUS_RESERVED) + 1}sI")
+_RESERVED: Final = struct.Struct(f"<9sQII{len(STATUS_RESERVED) + 1}sI")
 
 
 # ---------------------------------------------------------------- rendering
@@ -118,10 +118,10 @@ def _reserved(value: Sequence[Any]) -> bytes:
 
 #: ``ADDED\0`` and the new job's number (the value is ``[id, number]``);
 #: called with the queue's ``name`` for the error.
-render_added = renderer(lambda added: b"ADDED\0" + _U64.pack(added[1]), _add_failure)
+render_added: Final = renderer(lambda added: b"ADDED\0" + _U64.pack(added[1]), _add_failure)
 #: Called with the job number ``id`` for the error.
-render_deleted = renderer(lambda _: OK_REPLY, _delete_failure)
-render_reserved = renderer(_reserved, _reserve_failure)
+render_deleted: Final = renderer(lambda _: OK_REPLY, _delete_failure)
+render_reserved: Final = renderer(_reserved, _reserve_failure)
 
 
 # ------------------------------------------------------------------ parsing

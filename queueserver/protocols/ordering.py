@@ -13,9 +13,11 @@ both keep their exact (negated) value.
 """
 from __future__ import annotations
 
-U32_MAX = 2 ** 32 - 1
-I64_MIN = -2 ** 63
-I64_MAX = 2 ** 63 - 1
+from typing import Final
+
+U32_MAX: Final = 2 ** 32 - 1
+I64_MIN: Final = -2 ** 63
+I64_MAX: Final = 2 ** 63 - 1
 
 
 def _clamp(value: int, low: int, high: int) -> int:

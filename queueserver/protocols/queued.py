@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Optional
+from typing import Final, Optional
 
 from ..engine import status as S
 from ..engine.status import Reply
@@ -46,22 +46,22 @@ def line_limit(max_payload: int) -> int:
     return 4 * ((max_payload + 2) // 3) + 1024
 
 
-MAX_LINE = line_limit(MAX_PAYLOAD)
-MAX_ECHO = 64             # bytes of a bad argument sent back in an error
+MAX_LINE: Final = line_limit(MAX_PAYLOAD)
+MAX_ECHO: Final = 64             # bytes of a bad argument sent back in an error
 DEFAULT_QUEUE = "default"
-HASH_SIZE = 32
+HASH_SIZE: Final = 32
 
 
 def error(message: bytes) -> bytes:
     return b"ERROR " + base64.b64encode(message) + b"\n"
 
 
-OK_REPLY = b"OK\n"
-TRUE_REPLY = b"TRUE\n"
-FALSE_REPLY = b"FALSE\n"
-QUEUE_EMPTY = error(b"queue is empty")   # b"ERROR cXVldWUgaXMgZW1wdHk=\n"
-LINE_TOO_LONG = error(b"line too long")
-ITEM_TOO_LARGE = error(b"item too large")
+OK_REPLY: Final = b"OK\n"
+TRUE_REPLY: Final = b"TRUE\n"
+FALSE_REPLY: Final = b"FALSE\n"
+QUEUE_EMPTY: Final = error(b"queue is empty")   # b"ERROR cXVldWUgaXMgZW1wdHk=\n"
+LINE_TOO_LONG: Final = error(b"line too long")
+ITEM_TOO_LARGE: Final = error(b"item too large")
 
 
 def _bad_line(arg: bytes) -> Command:
@@ -87,11 +87,11 @@ def _error(reply: Reply) -> bytes:
 
 
 #: ``add`` (kept or dropped as a duplicate) and ``create_queue`` -> ``OK``.
-render_ok = renderer(lambda _: OK_REPLY, _error)
+render_ok: Final = renderer(lambda _: OK_REPLY, _error)
 #: ``take`` -> ``ITEM <b64>``, or the queue-is-empty error.
-render_item = renderer(lambda value: b"ITEM " + base64.b64encode(as_lease(value).payload) + b"\n", _error)
-render_has = renderer(lambda held: TRUE_REPLY if held else FALSE_REPLY, _error)
-render_size = renderer(lambda size: b"SIZE %d\n" % size, _error)
+render_item: Final = renderer(lambda value: b"ITEM " + base64.b64encode(as_lease(value).payload) + b"\n", _error)
+render_has: Final = renderer(lambda held: TRUE_REPLY if held else FALSE_REPLY, _error)
+render_size: Final = renderer(lambda size: b"SIZE %d\n" % size, _error)
 
 
 # ------------------------------------------------------------------ codec

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 from functools import partial
-from typing import Any, Optional, Sequence
+from typing import Any, Final, Optional, Sequence
 
 from ..engine import status as S
 from ..engine.status import Reply
@@ -46,28 +46,28 @@ from ..engine.views import as_lease
 from .base import BY_NAME, MAX_PAYLOAD, Command, new_job, parse_int, renderer, valid_queue_name
 from .lines import LineCodec, utf8
 
-LINE_SLACK = 1024                 # a line's bytes besides an ADD body
-MAX_LINE = MAX_PAYLOAD + LINE_SLACK
-MAX_RETRIES = 2 ** 31 - 1
+LINE_SLACK: Final = 1024                 # a line's bytes besides an ADD body
+MAX_LINE: Final = MAX_PAYLOAD + LINE_SLACK
+MAX_RETRIES: Final = 2 ** 31 - 1
 
-_INT = re.compile(rb"\A[+-]?[0-9]+\Z")
+_INT: Final = re.compile(rb"\A[+-]?[0-9]+\Z")
 
-OK_REPLY = b"+OK\r\n"
-EMPTY_REPLY = b":-1\r\n"
-NO_SUCH_ID = b"-ERR No such Id.\r\n"
+OK_REPLY: Final = b"+OK\r\n"
+EMPTY_REPLY: Final = b":-1\r\n"
+NO_SUCH_ID: Final = b"-ERR No such Id.\r\n"
 
 
 def error(message: str) -> bytes:
     return b"-ERR " + message.encode() + b"\r\n"
 
 
-UNRECOGNIZED = error("Unrecognized command.")
-NO_BODY = error("No body provided.")
-BAD_RETRIES = error("Invalid number of retries.")
-BAD_NAME = error("Invalid queue name.")
-LINE_TOO_LONG = error("Line too long.")
-BODY_TOO_LARGE = error("Body too large.")
-NO_ITEMS = error("No items available to reserve.")   # the original's empty RESERVE
+UNRECOGNIZED: Final = error("Unrecognized command.")
+NO_BODY: Final = error("No body provided.")
+BAD_RETRIES: Final = error("Invalid number of retries.")
+BAD_NAME: Final = error("Invalid queue name.")
+LINE_TOO_LONG: Final = error("Line too long.")
+BODY_TOO_LARGE: Final = error("Body too large.")
+NO_ITEMS: Final = error("No items available to reserve.")   # the original's empty RESERVE
 
 
 def _missing(command: str) -> Command:
@@ -89,9 +89,9 @@ def _reserve_error(reply: Reply, empty: bytes = EMPTY_REPLY) -> bytes:
 
 
 #: ``size`` -> ``:<n>``.
-render_len = renderer(lambda size: b":%d\r\n" % size, _error)
+render_len: Final = renderer(lambda size: b":%d\r\n" % size, _error)
 #: ``add`` -> ``+<id>``.
-render_add = renderer(lambda added: b"+" + added[0].encode() + b"\r\n", _error)
+render_add: Final = renderer(lambda added: b"+" + added[0].encode() + b"\r\n", _error)
 #: ``lease`` -> ``+<id> <body>``, or ``empty`` (``:-1``; a keyword argument)
 #: when the queue is empty.
 def _reserved(value: Sequence[Any]) -> bytes:
@@ -99,9 +99,9 @@ def _reserved(value: Sequence[Any]) -> bytes:
     return b"".join((b"+", view.id.encode(), b" ", view.payload, b"\r\n"))
 
 
-render_reserve = renderer(_reserved, _reserve_error)
+render_reserve: Final = renderer(_reserved, _reserve_error)
 #: ``retry``/``delete`` -> ``+OK``; an unknown id -> ``-ERR No such Id.``
-render_ok = renderer(lambda _: OK_REPLY, _error)
+render_ok: Final = renderer(lambda _: OK_REPLY, _error)
 
 
 # ------------------------------------------------------------------ codec

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import struct
 from functools import partial
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Final, Optional, Sequence, Tuple
 
 from ..engine import status as S
 from ..engine.status import Reply
@@ -58,24 +58,24 @@ from . import ordering
 from .base import (BY_NAME, MAX_PAYLOAD, Command, InputBuffer, StreamCodec, new_job, renderer,
                    valid_queue_name)
 
-PACKET_SLACK = 65536      # a packet's bytes besides an Enqueue's data
-MAX_BODY = MAX_PAYLOAD + PACKET_SLACK
+PACKET_SLACK: Final = 65536      # a packet's bytes besides an Enqueue's data
+MAX_BODY: Final = MAX_PAYLOAD + PACKET_SLACK
 
-REQUEST = 0x44        # 'D'
-RESPONSE = b"R"
-TRANSPORT_ERROR = b"e"
+REQUEST: Final = 0x44        # 'D'
+RESPONSE: Final = b"R"
+TRANSPORT_ERROR: Final = b"e"
 
 # Business error types.
-UNKNOWN_ERROR = 0
-INVALID_QUEUE_NAME = 1
-QUEUE_NOT_FOUND = 2
+UNKNOWN_ERROR: Final = 0
+INVALID_QUEUE_NAME: Final = 1
+QUEUE_NOT_FOUND: Final = 2
 
 INVALID_NAME_MESSAGE = "Invalid queue name: at most 255 characters, ASCII 33 to 126 only"
 
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_HEAD = struct.Struct(">ci")   # marker, body length
-_I32_MAX = 2 ** 31 - 1
+_I32: Final = struct.Struct(">i")
+_I64: Final = struct.Struct(">q")
+_HEAD: Final = struct.Struct(">ci")   # marker, body length
+_I32_MAX: Final = 2 ** 31 - 1
 
 
 # ---------------------------------------------------------------- rendering
@@ -115,9 +115,9 @@ def _dequeued(value: Sequence[Any]) -> bytes:
 
 
 # Each is called with the command's queue ``name`` (for ``Queue <name> does not exist``).
-render_enqueued = renderer(lambda added: response(b"e\x01" if added else b"e\x00"), _failure)
-render_dequeued = renderer(_dequeued, _dequeue_failure)
-render_count = renderer(lambda count: response(b"c" + _I32.pack(min(int(count), _I32_MAX))),
+render_enqueued: Final = renderer(lambda added: response(b"e\x01" if added else b"e\x00"), _failure)
+render_dequeued: Final = renderer(_dequeued, _dequeue_failure)
+render_count: Final = renderer(lambda count: response(b"c" + _I32.pack(min(int(count), _I32_MAX))),
                         _failure)
 
 

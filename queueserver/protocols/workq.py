@@ -35,7 +35,7 @@ from __future__ import annotations
 import calendar
 import re
 import time
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Final, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from ..engine import status as S
 from ..engine.requests import RunRequest
@@ -45,29 +45,32 @@ from .base import (ALL, BY_ID, BY_NAME, BY_NAMES, MAX_PAYLOAD, NAME_MEMO, Comman
                    name_token, new_job, renderer)
 from .lines import LineCodec
 
-MAX_LINE = 65536
-MAX_TTR = 86400000
-MAX_TTL = 2 ** 64 - 1
-MAX_WAIT = 86400000
-MAX_LIMIT = 100
+MAX_LINE: Final = 65536
+MAX_TTR: Final = 86400000
+MAX_TTL: Final = 2 ** 64 - 1
+MAX_WAIT: Final = 86400000
+MAX_LIMIT: Final = 100
 
-_UUID_RE = rb"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-_UUID = re.compile(rb"\A" + _UUID_RE + rb"\Z")
+_UUID_RE: Final = rb"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_UUID: Final = re.compile(rb"\A" + _UUID_RE + rb"\Z")
 #: The seed's charset within the shared rule's 255 bytes (the seed's
 #: charset is printable ASCII, so the shared rule adds only the length).
-_NAME = re.compile(rb"[a-zA-Z0-9_.-]{1,255}")
-_NAMES: Dict[bytes, str] = {}    # names found valid, raw -> decoded
+_NAME: Final = re.compile(rb"[a-zA-Z0-9_.-]{1,255}")
+_NAMES: Final[Dict[bytes, str]] = {}    # names found valid, raw -> decoded
 #: A job's cycle as clients send it, matched in one go: single spaces, a
 #: valid id and name, plain numbers (at most 20 digits), no flags. Any
 #: other line takes the general path, which decodes these the same way.
-_CYCLE = re.compile(
+_CYCLE: Final = re.compile(
     rb"(?:add (" + _UUID_RE + rb") ([a-zA-Z0-9_.-]{1,255}) ([0-9]{1,20}) ([0-9]{1,20}) ([0-9]{1,20})"
     rb"|lease ([a-zA-Z0-9_.-]{1,255}) ([0-9]{1,20})"
     rb"|complete (" + _UUID_RE + rb") ([0-9]{1,20}))\r?\n")
-_ADD, _LEASE, _COMPLETE = 5, 7, 9     # the last group of each, as ``Match.lastindex``
-_UINT = re.compile(rb"\A\+?[0-9]+\Z")
-_INT = re.compile(rb"\A[+-]?[0-9]+\Z")
-_TIME = re.compile(rb"\A(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)Z\Z")
+# the last group of each, as ``Match.lastindex``
+_ADD: Final = 5
+_LEASE: Final = 7
+_COMPLETE: Final = 9
+_UINT: Final = re.compile(rb"\A\+?[0-9]+\Z")
+_INT: Final = re.compile(rb"\A[+-]?[0-9]+\Z")
+_TIME: Final = re.compile(rb"\A(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)Z\Z")
 
 class _BlockSpec(NamedTuple):
     """The line of a command with a data block."""
@@ -76,15 +79,15 @@ class _BlockSpec(NamedTuple):
     size_error: str
 
 
-_BLOCKS: Dict[bytes, _BlockSpec] = {
+_BLOCKS: Final[Dict[bytes, _BlockSpec]] = {
     b"add": _BlockSpec(5, 4, "Invalid payload size"),
     b"schedule": _BlockSpec(6, 5, "Invalid payload size"),
     b"run": _BlockSpec(5, 4, "Invalid payload size"),
     b"complete": _BlockSpec(2, 1, "Invalid result size"),
     b"fail": _BlockSpec(2, 1, "Invalid result size"),
 }
-_JOB_FLAGS = {b"priority", b"max-attempts", b"max-fails"}
-_FLAGS = {b"add": _JOB_FLAGS, b"schedule": _JOB_FLAGS, b"run": {b"priority"}}
+_JOB_FLAGS: Final = {b"priority", b"max-attempts", b"max-fails"}
+_FLAGS: Final = {b"add": _JOB_FLAGS, b"schedule": _JOB_FLAGS, b"run": {b"priority"}}
 
 
 class Invalid(Exception):
@@ -92,8 +95,8 @@ class Invalid(Exception):
 
 
 # ---------------------------------------------------------------- rendering
-OK_REPLY = b"+OK\r\n"
-_STATUS_FORMS = {
+OK_REPLY: Final = b"+OK\r\n"
+_STATUS_FORMS: Final = {
     S.NOT_FOUND: b"-NOT-FOUND\r\n",
     S.TIMEOUT: b"-TIMEOUT\r\n",
 }
@@ -117,16 +120,16 @@ def _with_data(id: str, word: object, data: bytes) -> bytes:
     return b"".join((b"+OK 1\r\n", f"{id} {word} {len(data)}\r\n".encode(), data, b"\r\n"))
 
 
-render_ok = renderer(lambda _: OK_REPLY, _error)
+render_ok: Final = renderer(lambda _: OK_REPLY, _error)
 #: A lease view ``[id, name, payload, ...]``: ``<id> <name> <payload-size>``.
 def _leased(value: Sequence[Any]) -> bytes:
     view = as_lease(value)
     return _with_data(view.id, name_token(view.name), view.payload)
 
 
-render_lease = renderer(_leased, _error)
+render_lease: Final = renderer(_leased, _error)
 #: ``[id, success, result]`` (result, run): ``<id> <success> <result-size>``.
-render_result = renderer(lambda outcome: _with_data(*outcome), _error)
+render_result: Final = renderer(lambda outcome: _with_data(*outcome), _error)
 
 
 def format_time(us: int) -> str:
@@ -182,7 +185,7 @@ def _server(info: Dict[str, Any]) -> bytes:
     return f"+OK 1\r\nserver {len(keys)}\r\n{body}".encode()
 
 
-render_server = renderer(_server, _error)
+render_server: Final = renderer(_server, _error)
 
 
 # ------------------------------------------------------------------ parsing
@@ -587,7 +590,7 @@ def _build_inspect(args: List[bytes], flags: Dict[bytes, bytes], block: Optional
     raise Invalid("Unknown command")
 
 
-_BUILDERS: Dict[bytes, Builder] = {
+_BUILDERS: Final[Dict[bytes, Builder]] = {
     b"add": _build_add,
     b"schedule": _build_schedule,
     b"run": _build_run,

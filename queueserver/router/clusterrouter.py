@@ -22,7 +22,7 @@ there at once). ``["cluster", "state"]`` answers what the router holds.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Final, List, Optional, Sequence, Tuple
 
 import gevent
 
@@ -40,10 +40,10 @@ from .slotmap import SlotMap
 if TYPE_CHECKING:
     from ..supervisor import ClusterPlace
 
-log = logging.getLogger("queueserver.router")
+log: Final = logging.getLogger("queueserver.router")
 
-MAX_REDIRECTS = 8
-RETRY_DELAY = 0.005      # seconds before a redirect with no new owner to try (doubles each time)
+MAX_REDIRECTS: Final = 8
+RETRY_DELAY: Final = 0.005      # seconds before a redirect with no new owner to try (doubles each time)
 
 Callback = Callable[[Reply], None]
 

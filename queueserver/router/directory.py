@@ -24,22 +24,22 @@ blocks, and the block table says which shard made a number
 """
 from __future__ import annotations
 
-from typing import Iterable, List, Optional, Sequence, Set
+from typing import Final, Iterable, List, Optional, Sequence, Set
 
 import xxhash
 
-SHARED = -1
+SHARED: Final = -1
 
-_hash = xxhash.xxh64_intdigest
+_hash: Final = xxhash.xxh64_intdigest
 
-_BUCKET_BITS = 14
-BUCKETS = 1 << _BUCKET_BITS
-_BUCKET_SHIFT = 64 - _BUCKET_BITS
-_PREFIX_MASK = 0xFFFF_FFFF  # an entry's first 4 bytes: the hash's low 32 bits, below the bucket's
-_SLOT_MASK = 16383          # the hash's low 14 bits: the id's cluster slot (cluster.slots.slot_of)
-_ENTRY = 5
-_SHARED_CODE = 0xFF         # an entry's last byte: its shard, or this
-_CODES = [bytes((code,)) for code in range(256)]
+_BUCKET_BITS: Final = 14
+BUCKETS: Final = 1 << _BUCKET_BITS
+_BUCKET_SHIFT: Final = 64 - _BUCKET_BITS
+_PREFIX_MASK: Final = 0xFFFF_FFFF  # an entry's first 4 bytes: the hash's low 32 bits, below the bucket's
+_SLOT_MASK: Final = 16383          # the hash's low 14 bits: the id's cluster slot (cluster.slots.slot_of)
+_ENTRY: Final = 5
+_SHARED_CODE: Final = 0xFF         # an entry's last byte: its shard, or this
+_CODES: Final = [bytes((code,)) for code in range(256)]
 
 
 def _find(bucket: bytes, prefix: bytes) -> int:

@@ -14,11 +14,11 @@ traffic, and a job forgotten that way costs one question to its home.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Final, Optional
 
 from .directory import SHARED, JobDirectory
 
-DEFAULT_LIMIT = 1 << 20
+DEFAULT_LIMIT: Final = 1 << 20
 
 
 class JobCache:

@@ -33,7 +33,8 @@ import resource
 import socket as stdsocket
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Type, Union
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Final, List, Optional, Sequence, Set, Tuple, Type,
+                    Union)
 
 import gevent
 from gevent import socket
@@ -59,22 +60,22 @@ if TYPE_CHECKING:
     from gevent._types import _IoWatcher
     from ..supervisor import RouterConfig
 
-log = logging.getLogger("queueserver.router")
+log: Final = logging.getLogger("queueserver.router")
 
 
-DEFAULT_MAX_CONNECTIONS = 10000
-DEFAULT_MAX_OUTSTANDING = 8 * 1048576
-DEFAULT_MAX_PAYLOAD = 1048576
-MAX_MOVES = 4                 # moves of one connection before it stays forwarded
-ACCEPT_BACKOFF = 0.5          # seconds the accept loop rests when no descriptor is left
-LOG_INTERVAL = 10.0           # at most one warning per interval about refused connections
-CONNECT_TIMEOUT = 10.0        # seconds a router waits for this host's shards before it serves
-_NO_DESCRIPTORS = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM))
+DEFAULT_MAX_CONNECTIONS: Final = 10000
+DEFAULT_MAX_OUTSTANDING: Final = 8 * 1048576
+DEFAULT_MAX_PAYLOAD: Final = 1048576
+MAX_MOVES: Final = 4                 # moves of one connection before it stays forwarded
+ACCEPT_BACKOFF: Final = 0.5          # seconds the accept loop rests when no descriptor is left
+LOG_INTERVAL: Final = 10.0           # at most one warning per interval about refused connections
+CONNECT_TIMEOUT: Final = 10.0        # seconds a router waits for this host's shards before it serves
+_NO_DESCRIPTORS: Final = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM))
 
 
 #: Requests whose client the shards' job history names (the adder, the worker,
 #: whoever finishes a job).
-_HISTORY_OPS = frozenset(("add", "run", "lease", "take", "complete", "fail", "retry", "delete",
+_HISTORY_OPS: Final = frozenset(("add", "run", "lease", "take", "complete", "fail", "retry", "delete",
                           "delete_number"))
 
 
@@ -618,7 +619,7 @@ class Router:
 
 #: How a request asked of every shard merges their answers (module-level:
 #: no dict of methods in a class body that mypyc compiles).
-_MERGERS: Dict[str, Callable[[Router, Sequence[Any]], Merger]] = {
+_MERGERS: Final[Dict[str, Callable[[Router, Sequence[Any]], Merger]]] = {
     "inspect_server": Router._merge_server, "inspect_queues": Router._merge_queues}
 
 

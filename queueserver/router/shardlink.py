@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from typing import List, Any, Callable, Dict, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, Final, List, Optional, Sequence, Set, Tuple, Union
 
 import gevent
 from gevent import socket
@@ -33,16 +33,16 @@ from ..net.channel import FrameChannel
 from ..net.handoff import Gone, HandoffChannel, Move, connect_seqpacket, handoff_path
 from ..net import faults, linkauth
 
-log = logging.getLogger("queueserver.router")
+log: Final = logging.getLogger("queueserver.router")
 
 Callback = Callable[[Reply], None]
-RECONNECT_DELAY = 0.05
-LINK_TIMEOUT = 5.0         # seconds to connect and authenticate to a shard of another host
-REFUSED_DELAY = 1.0        # after a refused or failed TCP link: another host, be gentle
+RECONNECT_DELAY: Final = 0.05
+LINK_TIMEOUT: Final = 5.0         # seconds to connect and authenticate to a shard of another host
+REFUSED_DELAY: Final = 1.0        # after a refused or failed TCP link: another host, be gentle
 Address = Union[str, Tuple[str, int], None]
 #: one place, or the places tried in turn (a replicated cluster's shard)
 Places = Union[Address, List[Address]]
-LINK_PRIORITY = 2          # libev's highest: before client sockets' watchers
+LINK_PRIORITY: Final = 2          # libev's highest: before client sockets' watchers
 
 #: the client behind a request, ``(protocol, connection)``, for the shards' job
 #: history (a list once it crossed a link); None when there is none to name

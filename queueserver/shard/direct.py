@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Final, Optional, Tuple
 
 from gevent import socket
 
@@ -29,7 +29,7 @@ from ..console.uses import Uses, note_command
 if TYPE_CHECKING:
     from .shard import Shard
 
-log = logging.getLogger("queueserver.shard")
+log: Final = logging.getLogger("queueserver.shard")
 
 #: A parked request's name in the engine: ``(channel id, request id)`` for a
 #: router's, ``(-connection id, n)`` for one of a connection served here.

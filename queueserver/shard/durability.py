@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Final, Optional, Tuple
 
 import gevent
 import msgpack
@@ -37,15 +37,15 @@ from ..store.segments import write_all
 from .forked import Child, describe, fork_child
 from .replication import Replicator
 
-log = logging.getLogger("queueserver.shard")
+log: Final = logging.getLogger("queueserver.shard")
 
 #: Client requests that change state. Give-backs the server makes itself
 #: (cancel, disown, unlease, restore) are never refused: they undo.
 #: Seconds between tries of a compaction whose fork failed (no memory, no
 #: process slot): each failure is one log line, not one a loop turn.
-FORK_RETRY_SECONDS = 60
+FORK_RETRY_SECONDS: Final = 60
 
-CHANGES = frozenset(("add", "run", "lease", "take", "complete", "fail", "retry", "delete",
+CHANGES: Final = frozenset(("add", "run", "lease", "take", "complete", "fail", "retry", "delete",
                      "delete_number", "create_queue"))
 
 

@@ -41,7 +41,7 @@ import re
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Deque, Dict, Final, List, Optional, Sequence, Tuple, Union
 
 import gevent
 from gevent.event import Event
@@ -51,9 +51,9 @@ from ..history.errors import HistoryError
 from ..store.segments import write_all
 from .outcomes import FINAL as _FINAL, history_event
 
-log = logging.getLogger("queueserver.shard")
+log: Final = logging.getLogger("queueserver.shard")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION: Final = 2
 
 #: (protocol, connection) of the client behind a request: a tuple, or a list
 #: once it crossed a router's link (as :data:`queueserver.router.shardlink.Context`)
@@ -61,13 +61,13 @@ Context = Optional[Sequence[str]]
 
 
 #: The fields of a version-2 line, by position (a version-1 line names them and adds ``outcome``).
-FIELDS = ("v", "time", "shard", "event", "protocol", "queue", "id", "number", "attempt", "priority",
+FIELDS: Final = ("v", "time", "shard", "event", "protocol", "queue", "id", "number", "attempt", "priority",
           "size", "conn")
 #: A segment's file name: ``history-<start µs>-<seq>.jsonl``.
-SEGMENT_NAME = re.compile(r"history-(\d+)-(\d+)\.jsonl\Z")
+SEGMENT_NAME: Final = re.compile(r"history-(\d+)-(\d+)\.jsonl\Z")
 #: The size bound holds about this many segments, so a drop frees an eighth of it.
-SEGMENTS_PER_BOUND = 8
-MIN_SEGMENT_BYTES = 4096
+SEGMENTS_PER_BOUND: Final = 8
+MIN_SEGMENT_BYTES: Final = 4096
 
 
 def decode(line: Union[str, bytes]) -> Dict[str, Any]:

@@ -27,15 +27,15 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Set
+from typing import Any, Callable, Dict, Final, Iterable, List, Optional, Set
 
 from ..engine.status import NOT_FOUND, Reply
 from ..router.directory import SHARED, JobDirectory
 
-log = logging.getLogger("queueserver.shard")
+log: Final = logging.getLogger("queueserver.shard")
 
 Verdict = Callable[[bool], None]     # True: the claim is granted
-READY_TIMEOUT = 10.0                 # seconds a new home waits for every shard's jobs
+READY_TIMEOUT: Final = 10.0                 # seconds a new home waits for every shard's jobs
 
 
 class IdHome:

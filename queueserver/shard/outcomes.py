@@ -16,18 +16,18 @@ drop (the engine makes them so): completed, and failed.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Final, Optional
 
 from ..engine.job import COMPLETED, FAILED
 
 #: engine event -> history event, where the event alone says it
-_EVENTS = {"add": "added", "restore": "returned", "lease": "leased", "unlease": "returned",
+_EVENTS: Final = {"add": "added", "restore": "returned", "lease": "leased", "unlease": "returned",
            "release": "released", "exhaust": "dead", "complete": "completed", "retry": "retried",
            "delete": "deleted", "take": "taken", "ttl": "expired"}
 #: history events that end a job: its outcome
-FINAL = frozenset(("completed", "failed", "dead", "expired", "deleted", "taken"))
+FINAL: Final = frozenset(("completed", "failed", "dead", "expired", "deleted", "taken"))
 #: engine events that remove a job, whatever state it is in
-_DROPS = frozenset(("delete", "ttl"))
+_DROPS: Final = frozenset(("delete", "ttl"))
 
 
 def history_event(kind: str, state: int) -> Optional[str]:

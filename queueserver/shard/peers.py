@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Final, List, Optional, Sequence, Tuple
 
 import gevent
 
@@ -30,19 +30,19 @@ from ..router.shardlink import Address, Auth, Places, ShardLink
 from ..router.slotmap import SlotMap
 from ..sharding import shard_for
 
-log = logging.getLogger("queueserver.shard")
+log: Final = logging.getLogger("queueserver.shard")
 
-LINK_WAIT = 3.0          # seconds a request waits for a link that is not up yet
-MAX_REDIRECTS = 8
-RETRY_DELAY = 0.005      # seconds before ids go again after a MOVED (doubling each time)
+LINK_WAIT: Final = 3.0          # seconds a request waits for a link that is not up yet
+MAX_REDIRECTS: Final = 8
+RETRY_DELAY: Final = 0.005      # seconds before ids go again after a MOVED (doubling each time)
 
 #: ``[OK, None]``: granted; ``[CLIENT_ERROR, "Duplicate job"]``; or the
 #: error that kept the home from answering (the id cannot be known unique)
 Verdict = Callable[[Reply], None]
-GRANTED: Reply = [OK, None]
-DUPLICATE: Reply = [CLIENT_ERROR, "Duplicate job"]
+GRANTED: Final[Reply] = [OK, None]
+DUPLICATE: Final[Reply] = [CLIENT_ERROR, "Duplicate job"]
 #: an id its home's answer left out (never, from a home that keeps the protocol)
-UNANSWERED: Reply = [SERVER_ERROR, "No answer from the id's home"]
+UNANSWERED: Final[Reply] = [SERVER_ERROR, "No answer from the id's home"]
 Results = Callable[[List[Reply]], None]
 #: ``local(op, ids, results)``: a batch whose home is this very shard
 Local = Callable[[str, List[str], Results], None]

@@ -29,7 +29,7 @@ import sys
 import time
 import uuid
 from functools import partial
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypedDict
+from typing import Any, Callable, Dict, Final, List, Optional, Sequence, Tuple, TypedDict
 
 import gevent
 from gevent import socket
@@ -63,7 +63,7 @@ from ..sharding import shard_for
 from ..numbers import Blocks, NumberFile, NumbersError
 from ..lifecycle import die_with_supervisor, settle_gc, setup_logging, stop_event
 
-log = logging.getLogger("queueserver.shard")
+log: Final = logging.getLogger("queueserver.shard")
 
 
 class Retention(TypedDict, total=False):
@@ -766,14 +766,14 @@ class Shard:
 
 
 #: requests about the ids homed here (:mod:`.idhome`)
-_HOME_OPS = frozenset(("claims", "register", "locate", "homed"))
-HOMED_PAGE = 50000   # ids per page of a "homed" answer
+_HOME_OPS: Final = frozenset(("claims", "register", "locate", "homed"))
+HOMED_PAGE: Final = 50000   # ids per page of a "homed" answer
 
 #: requests that make a job, and so a job number
-_NUMBERED = frozenset(("add", "run"))
+_NUMBERED: Final = frozenset(("add", "run"))
 
 #: requests of the ``cluster`` command and of routers about slots
-_CLUSTER_OPS = frozenset(("slots", "move_out", "move_in", "move_done"))
+_CLUSTER_OPS: Final = frozenset(("slots", "move_out", "move_in", "move_done"))
 
 
 def _send_reply(channel: FrameChannel, req_id: int, reply: Reply) -> None:

@@ -67,7 +67,7 @@ import heapq
 import os
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Final, List, Optional, Set, Tuple
 
 from ..engine import job as J
 from ..engine.engine import T_TTL as J_TTL, T_TTR as J_TTR, Engine
@@ -85,25 +85,34 @@ if TYPE_CHECKING:
 Handler = Callable[..., None]
 
 #: Counter row layout: five counters, then the number of the queue's jobs leased now.
-ADDED, LEASED, COMPLETED, FAILED, EXPIRED, LEASED_NOW = range(6)
-COUNTERS = ("added", "leased", "completed", "failed", "expired")
+ADDED: Final = 0
+LEASED: Final = 1
+COMPLETED: Final = 2
+FAILED: Final = 3
+EXPIRED: Final = 4
+LEASED_NOW: Final = 5
+COUNTERS: Final = ("added", "leased", "completed", "failed", "expired")
 #: Per-queue states of the ``queueserver_queue_jobs`` gauge, in snapshot order.
-STATES = ("ready", "scheduled", "leased", "finished")
+STATES: Final = ("ready", "scheduled", "leased", "finished")
 #: A job's outcome (a final history event) -> the counter it adds to (looked up
 #: with whatever :func:`.outcomes.history_event` says, None included).
-OUTCOME_COUNTERS: Dict[Optional[str], int] = {"completed": COMPLETED, "taken": COMPLETED, "failed": FAILED,
+OUTCOME_COUNTERS: Final[Dict[Optional[str], int]] = {"completed": COMPLETED, "taken": COMPLETED, "failed": FAILED,
                                               "dead": FAILED, "expired": EXPIRED}
 
 #: Rows of removed queues kept; past this the longest unused are folded into ``other``.
-MAX_REMOVED_ROWS = 1000
+MAX_REMOVED_ROWS: Final = 1000
 #: Queue rows one snapshot carries (the busiest; the rest summed into ``other``):
 #: twice the node's label cap, so the node's choice is stable as queues trade places.
-SNAPSHOT_ROWS = 2 * MAX_QUEUE_LABELS
+SNAPSHOT_ROWS: Final = 2 * MAX_QUEUE_LABELS
 
-MICROSECOND = 1e-6
+MICROSECOND: Final = 1e-6
 
-_C_SHIFT, _C_BITS, _C_MASK, _C_BIAS = J._C_SHIFT, J._C_BITS, J._C_MASK, J._C_BIAS
-_S_MASK, _S_BIAS = J._S_MASK, J._S_BIAS
+_C_SHIFT: Final = J._C_SHIFT
+_C_BITS: Final = J._C_BITS
+_C_MASK: Final = J._C_MASK
+_C_BIAS: Final = J._C_BIAS
+_S_MASK: Final = J._S_MASK
+_S_BIAS: Final = J._S_BIAS
 
 
 def ready_at(key: int) -> int:

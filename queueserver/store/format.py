@@ -35,26 +35,26 @@ from __future__ import annotations
 
 import mmap
 import struct
-from typing import Any, Generator, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Final, Generator, NamedTuple, Optional, Sequence, Tuple, Union
 
 import msgpack
 import xxhash
 
-MAGIC = b"QSJOBLOG"
-VERSION = 2                        # what is written
-READABLE = (1, 2)                  # what is read: version 1 frames have no epoch
-FLAG_BASE = 1                      # a snapshot: replay starts at the newest one
+MAGIC: Final = b"QSJOBLOG"
+VERSION: Final = 2                        # what is written
+READABLE: Final = (1, 2)                  # what is read: version 1 frames have no epoch
+FLAG_BASE: Final = 1                      # a snapshot: replay starts at the newest one
 
-_HEAD = struct.Struct("<8sHHIIQQ")  # magic, version, flags, shard, shards, seq, created
-_HEAD_SUM = struct.Struct("<I")
-HEADER_SIZE = _HEAD.size + _HEAD_SUM.size
-_VERSION_END = 10                  # bytes needed to read the version
+_HEAD: Final = struct.Struct("<8sHHIIQQ")  # magic, version, flags, shard, shards, seq, created
+_HEAD_SUM: Final = struct.Struct("<I")
+HEADER_SIZE: Final = _HEAD.size + _HEAD_SUM.size
+_VERSION_END: Final = 10                  # bytes needed to read the version
 
-FRAME = struct.Struct("<IIII")     # body length, length check, body checksum, epoch
-FRAME_SIZE = FRAME.size
-FRAME_V1 = struct.Struct("<III")   # version 1: no epoch
-MAX_EPOCH = 0xFFFFFFFF
-MAX_RECORD = 256 * 1024 * 1024     # a sane bound for a length field
+FRAME: Final = struct.Struct("<IIII")     # body length, length check, body checksum, epoch
+FRAME_SIZE: Final = FRAME.size
+FRAME_V1: Final = struct.Struct("<III")   # version 1: no epoch
+MAX_EPOCH: Final = 0xFFFFFFFF
+MAX_RECORD: Final = 256 * 1024 * 1024     # a sane bound for a length field
 
 # Why a scan stopped.
 END = "end"                # every byte was a valid record
@@ -67,7 +67,7 @@ NOT_A_LOG = "header"       # no magic, or a damaged header
 #: What a segment is read from: a file's bytes, or its map (recovery scans an mmap).
 Buffer = Union[bytes, bytearray, memoryview, mmap.mmap]
 
-_packer = msgpack.Packer(use_bin_type=True)
+_packer: Final = msgpack.Packer(use_bin_type=True)
 
 
 class Header(NamedTuple):
@@ -158,7 +158,7 @@ class Layout(NamedTuple):
     epochs: bool       # the frame's fourth field is the epoch
 
 
-LAYOUTS = {1: Layout(FRAME_V1, False), 2: Layout(FRAME, True)}
+LAYOUTS: Final = {1: Layout(FRAME_V1, False), 2: Layout(FRAME, True)}
 
 
 def frame_at(buf: memoryview, pos: int, layout: Layout = LAYOUTS[VERSION]) -> Tuple[int, Any, str, int, int]:

@@ -38,8 +38,8 @@ import logging
 import os
 import time
 from collections import deque
-from typing import (TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, List, Optional, Sequence, Tuple,
-                    TypedDict, TypeVar, Union, final)
+from typing import (TYPE_CHECKING, Any, Callable, Deque, Dict, Final, Iterable, List, Optional, Sequence,
+                    Tuple, TypeVar, TypedDict, Union, final)
 
 import gevent
 from gevent.event import AsyncResult, Event
@@ -54,12 +54,12 @@ from ..metrics.histogram import Histogram
 if TYPE_CHECKING:
     from gevent.threadpool import ThreadPool
 
-log = logging.getLogger("queueserver.store")
+log: Final = logging.getLogger("queueserver.store")
 
-POLICIES = ("always", "interval", "never")
-MIB = 1024 * 1024
+POLICIES: Final = ("always", "interval", "never")
+MIB: Final = 1024 * 1024
 #: An fsync slower than this (ms) sends the following ones to the threadpool.
-SLOW_SYNC_MS = 5.0
+SLOW_SYNC_MS: Final = 5.0
 
 Callback = Callable[[Optional[StoreError]], None]
 _T = TypeVar("_T")
