@@ -33,6 +33,7 @@ COMPILED = [
     "queueserver/router/slotmap.py",
     "queueserver/store/writer.py", "queueserver/store/format.py",
     "queueserver/metrics/traffic.py", "queueserver/metrics/histogram.py", "queueserver/sharding.py",
+    "queueserver/console/uses.py",
 ]
 
 

@@ -15,14 +15,14 @@ A router answers ``["console", "uses"]`` on its control socket with
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, Final, List, Sequence, Tuple
 
 from ..protocols.base import BY_NAME, BY_NAMES
 
 #: queue name -> the protocols that used it, sorted
 Uses = Dict[str, Tuple[str, ...]]
 #: Queue names one process remembers.
-MAX_QUEUES = 100_000
+MAX_QUEUES: Final = 100_000
 
 
 def note_use(uses: Uses, name: str, protocol: str) -> None:

@@ -1,13 +1,15 @@
 """The arguments of the requests that create jobs, by name.
 
 Codecs build them, the router or the shard fills in a server-made id
-(``args._replace(id=...)``), and the engine takes them as its request's
-positional arguments; across the router's link they travel as msgpack
-arrays in field order.
+(:func:`with_id`), and the engine takes them as its request's positional
+arguments; across the router's link they travel as msgpack arrays in field
+order. They are made with ``tuple.__new__`` where every request passes: a
+named tuple's own ``__new__`` and ``_replace`` are Python code, an
+interpreted call per request even when the callers are compiled.
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, TypeVar, Union
 
 
 class AddRequest(NamedTuple):
@@ -34,3 +36,11 @@ class RunRequest(NamedTuple):
     priority: int
     ttr: int
     timeout: int
+
+
+Request = TypeVar("Request", bound=Union[AddRequest, RunRequest])
+
+
+def with_id(args: Request, id: str) -> Request:
+    """``args`` with the job id the server made (``args._replace(id=id)``)."""
+    return tuple.__new__(type(args), (id, *args[1:]))

@@ -34,8 +34,10 @@ def as_lease(value: Sequence[Any]) -> LeaseView:
 
 def lease_view(job: Job, shard: int = 0) -> LeaseView:
     order = job.order  # (-priority, sched, created, number), unpacked once
-    return LeaseView(job.id, job.name, job.payload, order[3], -order[0], job.ttr,
-                     job.attempts, order, shard)
+    # tuple.__new__ itself: a named tuple's own __new__ is Python code, an
+    # interpreted call on every lease even when this module is compiled.
+    return tuple.__new__(LeaseView, (job.id, job.name, job.payload, order[3], -order[0], job.ttr,
+                                     job.attempts, order, shard))
 
 
 class ResultView(NamedTuple):

@@ -167,7 +167,8 @@ def new_job(name: str, payload: bytes, render: Render, *, id: Optional[str] = No
     ``[OK, [id, number]]``, or ``[OK, None]`` when ``unique`` dropped a
     payload the queue already holds.
     """
-    args = AddRequest(id, name, payload, priority, ttr, ttl, max_attempts, max_fails, sched, unique)
+    args = tuple.__new__(AddRequest, (id, name, payload, priority, ttr, ttl, max_attempts, max_fails, sched,
+                                      unique))
     return Command("add", args, BY_NAME, name, render, new_id=SERVER_ID if id is None else id)
 
 

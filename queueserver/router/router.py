@@ -39,7 +39,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, Final, List, Optional, S
 import gevent
 from gevent import socket
 
-from ..engine.requests import AddRequest, RunRequest
+from ..engine.requests import AddRequest, RunRequest, with_id
 from ..engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR, Reply
 from ..engine.views import as_lease, undo_delivery
 from ..protocols import codec_class as load_codec
@@ -547,7 +547,7 @@ class Router:
                 jobs.forget(id, link.index)
             callback(reply)
 
-        return link, link.call(op, args._replace(id=id), created, slot)
+        return link, link.call(op, with_id(args, id), created, slot)
 
     def new_id(self, shard: int) -> str:
         """A fresh id whose home is ``shard`` (tries a few; any id would do)."""

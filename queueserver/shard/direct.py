@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Final, Optional, Tuple
 
 from gevent import socket
 
-from ..engine.requests import AddRequest
+from ..engine.requests import AddRequest, with_id
 from ..engine.status import Reply
 from ..engine.views import undo_delivery
 from ..net.connection import MUST_MOVE, SERVE, ClientConnection
@@ -100,7 +100,7 @@ class DirectServer:
         assert op is not None   # a command that is executed has one (a LOCAL one has none)
         if command.new_id == SERVER_ID:
             assert isinstance(args, AddRequest)   # only an add leaves its id to the server
-            args = args._replace(id=self.shard.new_id())
+            args = with_id(args, self.shard.new_id())
         elif command.op == "lease" and connection.codec.leases_end_with_connection:
             args = (*args, connection.id)
             connection.owned = True

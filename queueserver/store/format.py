@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import mmap
 import struct
-from typing import Any, Final, Generator, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Final, Generator, NamedTuple, Optional, Sequence, Tuple, Union
 
 import msgpack
 import xxhash
@@ -98,8 +98,19 @@ def checksum(body: Buffer, length: int, epoch: int = 0) -> int:
     return xxhash.xxh3_64_intdigest(body, seed=length + (epoch << 32)) & 0xFFFFFFFF
 
 
+#: length -> its check: records of a kind have a handful of lengths, and the
+#: check is a hash call per record written and read otherwise
+_LENGTH_CHECKS: Final[Dict[int, int]] = {}
+
+
 def length_check(length: int) -> int:
-    return xxhash.xxh32_intdigest(length.to_bytes(4, "little"), seed=0x51534C47)
+    check = _LENGTH_CHECKS.get(length)
+    if check is None:
+        if len(_LENGTH_CHECKS) >= 65536:   # many distinct lengths: start over rather than grow
+            _LENGTH_CHECKS.clear()
+        check = xxhash.xxh32_intdigest(length.to_bytes(4, "little"), seed=0x51534C47)
+        _LENGTH_CHECKS[length] = check
+    return check
 
 
 def encode_record(record: Sequence[Any], epoch: int = 0) -> bytes:
