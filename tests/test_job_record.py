@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import random
+import sys
 
 import pytest
 
@@ -188,3 +189,20 @@ def test_a_job_and_its_timer_make_no_cycle():
     assert job not in gc.get_referents(job.timer)
     if queueserver.COMPILED:
         assert not gc.is_tracked(job)
+
+
+def test_a_queued_job_is_one_small_object_and_a_leased_one_keeps_its_payload():
+    """A queued job has no slot for a timer or a result: those share the
+    payload's slot (with the payload) only while the job has one."""
+    job = Job("a", 1, "q", b"body")
+    if queueserver.COMPILED:   # header, vtable pointer, five slots; no GC header
+        assert sys.getsizeof(job) == 64
+    job.state = LEASED
+    job.timer = Timer(10, "ttr", job.id)
+    assert job.payload == b"body" and job.timer is not None and job.result is None
+    job.timer = None
+    job.state = COMPLETED
+    job.result = b"r"
+    assert job.payload == b"body" and job.result == b"r" and job.timer is None
+    job.result = None
+    assert job.payload == b"body" and job.result is None

@@ -6,9 +6,9 @@ Times are integer microseconds since the Unix epoch; durations given by
 clients (TTR, TTL) are kept in their original milliseconds.
 
 A shard holds up to millions of queued jobs, so a job is kept small
-(tests/test_engine_memory.py guards the figure): six slots, an 80-byte
-object (CPython 3.11: with its GC header in plain Python; compiled, with
-mypyc's vtable pointer and no GC header), where eight took 96.
+(tests/test_engine_memory.py guards the figure): five slots, an 80-byte
+object in plain Python (CPython 3.11, with its GC header) and a 64-byte one
+compiled (mypyc's vtable pointer, no GC header), where eight took 96.
 
 * ``key``, one int, is its place in a ready queue and holds its priority,
   schedule time, creation time and number (see :func:`pack_order`); the
@@ -21,12 +21,14 @@ mypyc's vtable pointer and no GC header), where eight took 96.
   a result swaps the job's flags for another shared one.
 * ``due`` (when the TTL evicts it) is derived from the schedule time and
   the TTL, so it costs no int per job either (see timers.py).
-* ``aux`` is the TTR or wake-up timer while one runs, and the result once
-  the job is finished (a finished job has no timer).
+* ``_payload`` is the payload, or, while the job has a timer (TTR or
+  wake-up) or once it has a result, a :class:`_Held` of the payload and
+  that timer or result (a finished job has no timer). Queued jobs, the
+  millions, pay no slot for what only leased, sleeping and finished ones use.
 """
 from __future__ import annotations
 
-from typing import ClassVar, Dict, Final, Literal, Optional, Tuple, Union
+from typing import ClassVar, Dict, Final, Literal, Optional, Tuple, Union, final
 
 from mypy_extensions import mypyc_attr
 
@@ -131,19 +133,33 @@ def _fields_out_of_range(**fields: int) -> ValueError:
     return ValueError("job field out of range: " + " ".join(f"{k}={v}" for k, v in fields.items()))
 
 
+@final
+@mypyc_attr(acyclic=True)
+class _Held:
+    """A job's payload with its timer or its result: what a job keeps in its
+    payload's slot while it has either (see the module's docstring)."""
+
+    __slots__ = ("payload", "aux")
+
+    def __init__(self, payload: bytes, aux: Union[Timer, bytes]) -> None:
+        self.payload = payload
+        self.aux = aux
+
+
 @mypyc_attr(acyclic=True)
 class Job:
     """One job. ``key`` is its place in a ready queue (smallest first).
 
-    Compiled, it is kept out of the cyclic GC (``acyclic``): no GC header,
-    so 80 bytes rather than 96, and no collector pass over millions of jobs.
-    Nothing it holds can lead back to it (its timer names it by id).
+    Compiled, it is kept out of the cyclic GC (``acyclic``): no GC header
+    (64 bytes with five slots, where the GC header and a sixth slot made 96),
+    and no collector pass over millions of jobs. Nothing it holds can lead
+    back to it (its timer names it by id).
     """
 
     #: as an entry of the shard's timers, a job stands for its TTL
     kind: ClassVar[Literal["ttl"]] = "ttl"
 
-    __slots__ = ("id", "name", "payload", "key", "aux", "flags")
+    __slots__ = ("id", "name", "_payload", "key", "flags")
 
     def __init__(
         self,
@@ -166,7 +182,7 @@ class Job:
             sched = created
         self.id = id
         self.name = name
-        self.payload = payload
+        self._payload: Union[bytes, _Held] = payload
         # Higher priority first, then earlier schedule, creation, arrival
         # (pack_order, inlined: this is the add path).
         s = sched + _S_BIAS
@@ -175,7 +191,6 @@ class Job:
             pack_order(priority, sched, created, number)  # raises, saying what
         key = (s << _S_SHIFT) | (c << _C_SHIFT) | number
         self.key = (-priority << _P_SHIFT) + key if priority else key
-        self.aux: Union[Timer, bytes, None] = None   # its timer while one runs; its result once finished
         if not (0 <= ttr <= _TTR_MASK and ttl >= 0 and -1 <= max_attempts < _FIELD_MASK
                 and 0 <= max_fails <= _FIELD_MASK):
             raise _fields_out_of_range(ttr=ttr, ttl=ttl, max_attempts=max_attempts, max_fails=max_fails)
@@ -303,29 +318,45 @@ class Job:
         keys is the order of their deadlines (see timers.py)."""
         return self.flags >> _TTL_SHIFT, self.key >> _P_SHIFT
 
-    # ------------------------------------------------------ timer, result
-    # One slot serves both: a job has a timer only while leased or sleeping,
-    # and a result only once finished (a finished job that is retried keeps
-    # its old result there until a timer replaces it; nobody reads it).
+    # --------------------------------------------- payload, timer, result
+    # One slot serves the three: a job has a timer only while leased or
+    # sleeping, and a result only once finished (a finished job that is
+    # retried keeps its old result until a timer replaces it; nobody reads it).
+    @property
+    def payload(self) -> bytes:
+        held = self._payload
+        return held if isinstance(held, bytes) else held.payload
+
     @property
     def timer(self) -> Optional[Timer]:
         """The wake-up or TTR Timer, if any."""
-        aux = self.aux
-        return aux if type(aux) is Timer else None
+        held = self._payload
+        if isinstance(held, bytes):
+            return None
+        aux = held.aux
+        return aux if isinstance(aux, Timer) else None
 
     @timer.setter
     def timer(self, timer: Optional[Timer]) -> None:
-        if timer is not None or type(self.aux) is Timer:
-            self.aux = timer
+        held = self._payload
+        if timer is not None:
+            self._payload = _Held(held if isinstance(held, bytes) else held.payload, timer)
+        elif not isinstance(held, bytes) and isinstance(held.aux, Timer):
+            self._payload = held.payload
 
     @property
     def result(self) -> Optional[bytes]:
-        aux = self.aux
-        return None if type(aux) is Timer else aux
+        held = self._payload
+        if isinstance(held, bytes):
+            return None
+        aux = held.aux
+        return None if isinstance(aux, Timer) else aux
 
     @result.setter
     def result(self, result: Optional[bytes]) -> None:
-        self.aux = result
+        held = self._payload
+        payload = held if isinstance(held, bytes) else held.payload
+        self._payload = payload if result is None else _Held(payload, result)
 
     # ------------------------------------------------------ limits, flags
     @property
