@@ -8,14 +8,15 @@ given Python version; what the allocator rounds up and the process keeps
 on top shows only in ``make bench`` (loadtests/bench.py, section 4).
 
 Where a job's bytes go (CPython 3.11, 64-bit; before issue 9 -> now): the
-Job object (20 slots, 192 -> 6 slots, 80: its state and attempts live in
-the shared flags int), its order tuple and separate int fields (order 72,
+Job object (20 slots, 192 -> 5 slots, 80, or 64 compiled: its state and
+attempts live in the shared flags int, its timer or result beside its
+payload only while it has one), its order tuple and separate int fields (order 72,
 creation and number ~64 -> one 48-byte key), its TTL deadline (36 -> 0,
 derived from schedule and TTL), the ready and TTL lists (~34 -> ~17, no
 stored keys: since issue 18 sortedcontainers' SortedList of the jobs
 themselves, ordered by Job.__lt__, ~18); unchanged: the id string (85), the
 payload's bytes header (33) and the jobs dict entry (~38 at 100,000 jobs).
-In all ~560 -> 302.
+In all ~560 -> 294 (286 compiled).
 """
 from __future__ import annotations
 
@@ -27,11 +28,12 @@ from queueserver.engine.status import OK
 
 JOBS = 100_000
 PAYLOAD = 100
-#: Measured 302 bytes per job beyond the payload (everything the engine keeps
-#: for it, its id string included) with CPython 3.11; the bound leaves ~5%.
-#: Before issue 9 the same measure gave 560; with 8-slot jobs, 318; with the
-#: hand-written sorted line that issue 18 replaced by sortedcontainers, 301.
-BOUND = 316
+#: Measured 294 bytes per job beyond the payload in plain Python (everything
+#: the engine keeps for it, its id string included; 286 compiled) with
+#: CPython 3.11; the bound leaves ~5%. Before issue 9 the same measure gave
+#: 560; with 8-slot jobs, 318; with 6 slots, 302; with the hand-written
+#: sorted line that issue 18 replaced by sortedcontainers, 301.
+BOUND = 309
 
 
 def _bytes_per_job(ttl: int) -> float:
