@@ -43,6 +43,8 @@ Address = Union[str, Tuple[str, int], None]
 #: one place, or the places tried in turn (a replicated cluster's shard)
 Places = Union[Address, List[Address]]
 LINK_PRIORITY: Final = 2          # libev's highest: before client sockets' watchers
+#: the note a shard sends its links as it stops cleanly (its drop is then no news)
+STOPPING: Final = "stopping"
 
 #: the client behind a request, ``(protocol, connection)``, for the shards' job
 #: history (a list once it crossed a link); None when there is none to name
@@ -93,6 +95,9 @@ class ShardLink:
         self._on_down = on_down
         self._on_up = on_up
         self._refusal_logged = False   # a failed TCP link is logged once until it works again
+        #: why a link that drops now is no news: we stop, or the shard said it
+        #: stops (until its next greeting); None: a drop is a lost shard
+        self._clean_stop: Optional[str] = None
         self._wake = Event()           # set: the pause between two tries ends now (a new place)
         self._greenlet = gevent.spawn(self._run) if self.path is not None else None
         if faults.CUT_OFF_FILE is not None and any(isinstance(p, tuple) for p in self.paths):
@@ -157,6 +162,7 @@ class ShardLink:
         return news
 
     def stop(self) -> None:
+        self._clean_stop = "stopping"
         if self._greenlet is not None:
             self._greenlet.kill(block=False)
         if self.channel is not None:
@@ -244,8 +250,12 @@ class ShardLink:
                 if reader is not None:
                     reader.kill(block=False)
                 pending, self.pending = self.pending, {}
-                log.warning("lost shard %d; %d requests answered with an error",
-                            self.index, len(pending))
+                if self._clean_stop is None:
+                    log.warning("lost shard %d; %d requests answered with an error",
+                                self.index, len(pending))
+                else:
+                    log.info("link to shard %d closed (%s); %d requests answered with an error",
+                             self.index, self._clean_stop, len(pending))
                 self._on_down(self)
                 for callback in pending.values():
                     callback([SERVER_ERROR, f"Shard {self.index} unavailable"])
@@ -270,7 +280,14 @@ class ShardLink:
     def _handle(self, frame: Any) -> None:
         """``[request id, reply]``, or ``[0, kind, body]``: a shard's note (msgpack)."""
         if frame[0] == 0:
-            self._on_event(self, frame[1], frame[2])
+            kind = frame[1]
+            if kind == STOPPING:
+                if self._clean_stop is None:
+                    self._clean_stop = "the shard is stopping"
+                return
+            if kind == "hello" and self._clean_stop != "stopping":
+                self._clean_stop = None   # a shard (re)started: losing it is news again
+            self._on_event(self, kind, frame[2])
             return
         callback = self.pending.pop(frame[0], None)
         if callback is not None:

@@ -47,7 +47,7 @@ from .replication import Replicator
 from .idhome import IdHome
 from ..router.primaries import PrimaryPlaces
 from .peers import DUPLICATE, GRANTED, Peers
-from ..router.shardlink import Address, Places
+from ..router.shardlink import STOPPING, Address, Places
 from .direct import DirectServer, Token
 from ..router.slotmap import SlotMap
 from .history import Context, HistoryWriter
@@ -695,6 +695,13 @@ class Shard:
         for channel in self.channels.values():
             channel.send(frame)
 
+    def say_stopping(self) -> None:
+        """Tell every router and shard linked here that this one stops
+        cleanly (they log its going as such, not as a lost shard); sent now,
+        before the loop that would send it ends."""
+        self._broadcast([0, STOPPING, None])
+        gevent.sleep(0)   # one loop turn: the writers send what is queued
+
     def stop(self) -> None:
         """Take no more requests and run no more timers, before the history
         and the log close: nothing may be appended to them afterwards (a
@@ -894,6 +901,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     server = gevent.spawn(shard.serve)
     server.link(lambda g: stop.set())
     stop.wait()
+    shard.say_stopping()
     server.kill()
     shard.stop()
     if shard.history is not None:
