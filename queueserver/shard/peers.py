@@ -26,7 +26,7 @@ import gevent
 from ..cluster.slots import slot_of
 from ..engine.status import CLIENT_ERROR, MOVED, NOT_FOUND, OK, SERVER_ERROR, Reply
 from ..router.primaries import PrimaryPlaces, view_problem
-from ..router.shardlink import Address, Auth, Places, ShardLink
+from ..router.shardlink import Address, Auth, Places, ShardLink, unavailable
 from ..router.slotmap import SlotMap
 from ..sharding import shard_for
 
@@ -173,7 +173,7 @@ class Peers:
             return
         link = self.links.get(home)
         if link is None:
-            done([[SERVER_ERROR, f"Shard {home} unavailable"]] * len(ids))
+            done([unavailable(home)] * len(ids))
             return
         slots = [slot_of(id) for id in ids] if self.slots is not None else None
 
@@ -218,10 +218,12 @@ class Peers:
             link.call("slots", [], partial(answered, link))
 
     def _when_up(self, link: ShardLink, send: Callable[[], object]) -> None:
-        """``send()`` now, or once the link is up (a shard starting, or
-        restarting); if it is not up within :data:`LINK_WAIT`, then anyway
-        (the link answers with its error)."""
-        if link.up:
+        """``send()`` now, or once the link is up if it is making its first
+        try (a shard starting); if it is not up within :data:`LINK_WAIT`,
+        then anyway. A shard known to be down (its link lost or refused, its
+        node's etcd lease lapsed) is not waited for: the link answers with
+        its error at once, and an add whose id's home it is goes on."""
+        if link.up or link.known_down:
             send()
             return
         waiting = self._waiting.get(link.index)
