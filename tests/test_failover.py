@@ -38,9 +38,9 @@ def names_on(ordinal: int, count: int, founders: int = 3,
     return names
 
 
-def ids_on(ordinal: int, count: int) -> List[str]:
+def ids_on(ordinal: int, count: int, founders: int = 3) -> List[str]:
     """Job ids at home on shard ``ordinal`` (the owner of their slot)."""
-    return names_on(ordinal, count, make=lambda: str(uuid.uuid4()))
+    return names_on(ordinal, count, founders, make=lambda: str(uuid.uuid4()))
 
 
 def replicated(tmp_path: Path, etcd: EtcdServer, ttl: int = 3, replicas: int = 1) -> Nodes:

@@ -184,6 +184,12 @@ class ShardLink:
             self._wake.set()
         return news
 
+    def drop(self) -> None:
+        """Close the link now (its shard is gone, as etcd says): requests in
+        flight are answered as when a link fails, and it reconnects."""
+        if self.channel is not None:
+            self.channel.close()
+
     def stop(self) -> None:
         if self._greenlet is not None:
             self._greenlet.kill(block=False)

@@ -65,7 +65,7 @@ class Peers:
         self.links: Dict[int, ShardLink] = {}
         for i, address in enumerate(addresses):
             self.add(i, address)
-        #: a replicated cluster on etcd: where its supervisor says each primary is
+        #: a cluster on etcd: where its supervisor says each primary is, and which nodes live
         self.primaries: Optional[PrimaryPlaces] = None
         self._claims: List[Tuple[str, Verdict]] = []
         self._forgets: Dict[int, List[str]] = {}
@@ -81,14 +81,16 @@ class Peers:
         self.count = max(self.count, ordinal + 1)
 
     def cluster_view(self, request: List[Any]) -> Dict[str, Any]:
-        """``["cluster", "view", runs, primaries]``, the supervisor's watch on
-        etcd (see :mod:`queueserver.router.primaries`): the links to the
-        shards whose primary it names go there at once. The slot map in it
-        is left alone: a shard learns slots from the shards themselves."""
-        if len(request) != 4 or request[1] != "view":
-            return {"error": f"a shard answers [\"cluster\", \"view\", runs, primaries], not "
+        """``["cluster", "view", runs, primaries, nodes]``, the supervisor's
+        watch on etcd (see :mod:`queueserver.router.primaries`): the links to
+        the shards whose primary it names go there at once, and a shard
+        served by a node that holds no lease is not waited for. The slot map
+        in it is left alone: a shard learns slots from the shards themselves."""
+        if len(request) not in (4, 5) or request[1] != "view":
+            return {"error": f"a shard answers [\"cluster\", \"view\", runs, primaries, nodes], not "
                              f"{request!r:.100}", "status": 400}
-        problem = view_problem(request[2], request[3])
+        nodes = request[4] if len(request) == 5 else None
+        problem = view_problem(request[2], request[3], nodes)
         if problem:
             log.warning("shard %d: cluster view refused: %s", self.index, problem)
             return {"error": f"cluster view refused: {problem}", "status": 400}
@@ -97,6 +99,9 @@ class Peers:
                 link = self.links.get(ordinal)
                 if link is not None:
                     self.primaries.take(link, epoch, node, copy)
+            if nodes is not None:
+                for link in self.primaries.leases(nodes, self.links.values()):
+                    self._release(link.index)   # what waited for it goes now, and is answered
         return {"taken": True}
 
     def home_of(self, id: str) -> int:
