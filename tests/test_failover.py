@@ -170,13 +170,16 @@ def test_an_add_in_flight_when_its_primary_dies_is_answered_outcome_unknown(
     add made again with the same id is refused as a duplicate."""
     protocols = ["workq", "takeanumber", "goqueue", "queued", "taskflux"]
     unknown = "Outcome unknown: shard 0 went down before answering"
-    taskflux_error = b"E\0" + struct.pack(">i", len(unknown)) + unknown.encode()
+
+    def flux(marker: bytes, body: bytes) -> bytes:   # a TaskFlux packet
+        return marker + struct.pack(">i", len(body)) + body
+
     expected = {
         "workq": f"-SERVER-ERROR {unknown}\r\n".encode(),
         "takeanumber": f"-ERR {unknown}\r\n".encode(),
         "goqueue": f"ERROR\0{unknown}\0".encode(),
         "queued": b"ERROR " + base64.b64encode(unknown.encode()) + b"\n",
-        "taskflux": b"R" + struct.pack(">i", len(taskflux_error)) + taskflux_error,
+        "taskflux": flux(b"R", b"E\0" + flux(b"", unknown.encode())),   # business error, type 0
     }
     with replicated(tmp_path, etcd) as nodes:
         nodes.protocols = protocols
@@ -195,16 +198,14 @@ def test_an_add_in_flight_when_its_primary_dies_is_answered_outcome_unknown(
                 "takeanumber": f"ADD {queue} 0 ".encode() + data + b"\r\n",
                 "goqueue": b"ADD\0" + queue.encode() + b"\0" + struct.pack("<III", 0, 60, len(data)) + data,
                 "queued": b"ENQUE " + base64.b64encode(data) + b"\n",
-                "taskflux": b"D" + struct.pack(">i", 1 + 4 + len(queue) + 8 + 4 + len(data)) + b"E"
-                            + struct.pack(">i", len(queue)) + queue.encode() + struct.pack(">qi", 0, len(data))
-                            + data,
+                "taskflux": flux(b"D", b"E" + flux(b"", queue.encode()) + struct.pack(">q", 0) + flux(b"", data)),
             }
             follower = nodes.follower_pid(0)   # on b
             os.kill(follower, signal.SIGSTOP)
             try:
                 for protocol, request in adds.items():
                     socks[protocol].sendall(request)
-                time.sleep(0.5)   # sent on, logged and streamed to the follower; waiting for its ack
+                time.sleep(0.3)   # sent on, logged and streamed to the follower (2 s to ack, or dropped)
                 nodes.kill("a")
                 for sock in socks.values():
                     sock.settimeout(2)
