@@ -13,6 +13,12 @@ it knows the cluster's secret (and checks that the shard does too) before
 any frame, inside TLS when the cluster has certificates. A shard of a node
 taken out of the cluster has no address: its link never connects.
 
+A request that fails with its link is answered with one of two server
+errors: :func:`unavailable` when it was never sent (the link was down:
+certainly not done), :func:`outcome_unknown` when it was sent and the link
+was lost before its answer came (the shard may have done it, and a
+replicated shard may have passed it to the follower that takes its place).
+
 A replicated shard's link holds every place its primary may be and tries
 them in turn while none answers; when etcd names the primary (through the
 node's supervisor), :meth:`ShardLink.follow` puts that place first and goes
@@ -57,6 +63,17 @@ Slots = Union[int, Sequence[int], None]
 Handoffs = Tuple[Callable[["ShardLink", int, Move], None], Callable[["ShardLink", Gone], None]]
 
 
+def unavailable(index: int) -> Reply:
+    """A request not sent: shard ``index``'s link is down (nothing was done)."""
+    return [SERVER_ERROR, f"Shard {index} unavailable"]
+
+
+def outcome_unknown(index: int) -> Reply:
+    """A request sent whose answer never came: shard ``index``'s link was
+    lost meanwhile, so whether it took effect is not known."""
+    return [SERVER_ERROR, f"Outcome unknown: shard {index} went down before answering"]
+
+
 def where(path: Address) -> str:
     """How a log line names a shard's address."""
     if path is None or isinstance(path, str):
@@ -98,6 +115,11 @@ class ShardLink:
         #: why a link that drops now is no news: we stop, or the shard said it
         #: stops (until its next greeting); None: a drop is a lost shard
         self._clean_stop: Optional[str] = None
+        #: the last try to reach the shard failed, or its link was lost: it is
+        #: down (not just starting), so nobody should wait for it to come up
+        self.failed = False
+        #: etcd says the node serving it holds no lease (see :mod:`.primaries`)
+        self.lapsed = False
         self._wake = Event()           # set: the pause between two tries ends now (a new place)
         self._greenlet = gevent.spawn(self._run) if self.path is not None else None
         if faults.CUT_OFF_FILE is not None and any(isinstance(p, tuple) for p in self.paths):
@@ -117,12 +139,18 @@ class ShardLink:
     def up(self) -> bool:
         return self.channel is not None
 
+    @property
+    def known_down(self) -> bool:
+        """Down, and known to be: its link was lost, its last try failed, or
+        etcd says its node is gone (unlike a link still making its first try)."""
+        return self.channel is None and (self.failed or self.lapsed)
+
     def call(self, op: str, args: Sequence[Any], callback: Callback, slot: Slots = None) -> int:
         """Send one request; returns its id (for ``cancel``), 0 if the shard is down.
         ``slot``: in a cluster, the slot (or slots) of the queues it names."""
         channel = self.channel
         if channel is None:
-            callback([SERVER_ERROR, f"Shard {self.index} unavailable"])
+            callback(unavailable(self.index))
             return 0
         req_id = self._next_id
         self._next_id = req_id + 1
@@ -160,6 +188,12 @@ class ShardLink:
                 self.channel.close()   # the link's loop reconnects, to place
             self._wake.set()
         return news
+
+    def drop(self) -> None:
+        """Close the link now (its shard is gone, as etcd says): requests in
+        flight are answered as when a link fails, and it reconnects."""
+        if self.channel is not None:
+            self.channel.close()
 
     def stop(self) -> None:
         self._clean_stop = "stopping"
@@ -217,6 +251,7 @@ class ShardLink:
             tried = self.path
             sock = self._connect()
             if sock is None:
+                self.failed = True
                 # Its primary may have moved: the next place it may be (unless
                 # etcd named one meanwhile: that one is next).
                 if len(self.paths) > 1 and self.path == tried:
@@ -233,6 +268,7 @@ class ShardLink:
                 sock._read_event.priority = LINK_PRIORITY
             channel = FrameChannel(sock)
             self.channel = channel
+            self.failed = False
             reader = None
             try:   # from here on, whatever ends the link (a kill too) closes it
                 log.info("connected to shard %d at %s", self.index, where(self.path))
@@ -243,6 +279,7 @@ class ShardLink:
                 log.exception("shard %d sent what cannot be decoded", self.index)
             finally:
                 self.channel = None
+                self.failed = True
                 channel.close()
                 if self.handoff is not None:
                     self.handoff.close()
@@ -251,14 +288,14 @@ class ShardLink:
                     reader.kill(block=False)
                 pending, self.pending = self.pending, {}
                 if self._clean_stop is None:
-                    log.warning("lost shard %d; %d requests answered with an error",
+                    log.warning("lost shard %d; %d requests in flight answered that their outcome is unknown",
                                 self.index, len(pending))
                 else:
-                    log.info("link to shard %d closed (%s); %d requests answered with an error",
-                             self.index, self._clean_stop, len(pending))
+                    log.info("link to shard %d closed (%s); %d requests in flight answered that their "
+                             "outcome is unknown", self.index, self._clean_stop, len(pending))
                 self._on_down(self)
                 for callback in pending.values():
-                    callback([SERVER_ERROR, f"Shard {self.index} unavailable"])
+                    callback(outcome_unknown(self.index))
 
     def _pause(self, seconds: float) -> None:
         """Between two tries: ``seconds``, or less if :meth:`follow` named a place."""

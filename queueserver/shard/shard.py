@@ -278,7 +278,7 @@ class Shard:
         peers = Peers(self.index, addresses, self._peer_up, self._home_batch,
                       linkauth.client_credentials(spec.secret_file, spec.tls), SlotMap(spec.founders()),
                       self._more_peers)
-        if spec.replicas and spec.etcd is not None:
+        if spec.etcd is not None:   # where the primaries are (with replicas) and which nodes are alive
             peers.primaries = PrimaryPlaces(spec, cluster.node, {
                 shard.ordinal: os.path.join(directory, f"shard-{shard.index}.sock")
                 for shard in spec.shards_of(cluster.node)})
