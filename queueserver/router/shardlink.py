@@ -115,9 +115,10 @@ class ShardLink:
         #: why a link that drops now is no news: we stop, or the shard said it
         #: stops (until its next greeting); None: a drop is a lost shard
         self._clean_stop: Optional[str] = None
-        #: the last try to reach the shard failed, or its link was lost: it is
-        #: down (not just starting), so nobody should wait for it to come up
+        #: its link was lost, and the tries since failed: it is down (not
+        #: just starting), so nobody should wait for it to come up
         self.failed = False
+        self._was_up = False
         #: etcd says the node serving it holds no lease (see :mod:`.primaries`)
         self.lapsed = False
         self._wake = Event()           # set: the pause between two tries ends now (a new place)
@@ -141,7 +142,7 @@ class ShardLink:
 
     @property
     def known_down(self) -> bool:
-        """Down, and known to be: its link was lost, its last try failed, or
+        """Down, and known to be: its link was lost (and not back), or
         etcd says its node is gone (unlike a link still making its first try)."""
         return self.channel is None and (self.failed or self.lapsed)
 
@@ -251,7 +252,9 @@ class ShardLink:
             tried = self.path
             sock = self._connect()
             if sock is None:
-                self.failed = True
+                # Known down once it was up and went; a link still making its
+                # first tries is a shard starting: worth waiting for a while.
+                self.failed = self._was_up
                 # Its primary may have moved: the next place it may be (unless
                 # etcd named one meanwhile: that one is next).
                 if len(self.paths) > 1 and self.path == tried:
@@ -269,6 +272,7 @@ class ShardLink:
             channel = FrameChannel(sock)
             self.channel = channel
             self.failed = False
+            self._was_up = True
             reader = None
             try:   # from here on, whatever ends the link (a kill too) closes it
                 log.info("connected to shard %d at %s", self.index, where(self.path))

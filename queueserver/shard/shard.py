@@ -29,7 +29,7 @@ import sys
 import time
 import uuid
 from functools import partial
-from typing import Any, Callable, Dict, Final, List, Optional, Sequence, Tuple, TypedDict
+from typing import Any, Callable, Dict, Final, List, Optional, Sequence, Set, Tuple, TypedDict
 
 import gevent
 from gevent import socket
@@ -64,6 +64,7 @@ from ..numbers import Blocks, NumberFile, NumbersError
 from ..lifecycle import die_with_supervisor, settle_gc, setup_logging, stop_event
 
 log: Final = logging.getLogger("queueserver.shard")
+UNCHECKED_PRUNE: Final = 4096   # ids kept for a home out of reach before those gone are dropped
 
 
 class Retention(TypedDict, total=False):
@@ -106,6 +107,9 @@ class Shard:
         #: whether the id home waits (a while) for every other shard's job list before it answers
         self.await_peers = True
         self._homed: Dict[int, List[str]] = {}   # shard -> ids listed for it, page by page
+        #: home -> ids of jobs made here while it could not be asked (see _home_unreachable)
+        self._unchecked: Dict[int, Set[str]] = {}
+        self._unchecked_prune: Dict[int, int] = {}
         self._unchecked_logged = 0.0
         #: the shard's log, when it is durable (None: jobs live in memory only)
         self.durability: Optional[Durability] = None
@@ -198,8 +202,8 @@ class Shard:
             if result[0] == SERVER_ERROR:
                 # The home is out of reach: a shard that is down must not stop
                 # adds to every live queue. The id is taken as new; the home
-                # learns of the job from this shard's list when it is back.
-                self._home_unreachable(home, result)
+                # learns of the job when its link is back (_peer_up).
+                self._home_unreachable(home, result, (id,))
                 result = GRANTED
             if result[0] != OK:
                 self.execute("withdraw_new", (id,))
@@ -217,7 +221,19 @@ class Shard:
             self.peers.claim(id, verdict)
         return None
 
-    def _home_unreachable(self, home: int, error: Reply) -> None:
+    def _home_unreachable(self, home: int, error: Reply, ids: Sequence[str]) -> None:
+        """Jobs ``ids`` were made (or moved in) while their home (-1: some
+        home) could not be asked: kept to be registered there once its link
+        is back (see :meth:`_register_unchecked`)."""
+        for id in ids:
+            at = home if home >= 0 else self.home_of(id)
+            unchecked = self._unchecked.setdefault(at, set())
+            unchecked.add(id)
+            if len(unchecked) >= self._unchecked_prune.get(at, UNCHECKED_PRUNE):
+                # a home down for long: forget the jobs that left meanwhile
+                jobs = self.engine.jobs
+                unchecked.intersection_update(jobs)
+                self._unchecked_prune[at] = max(UNCHECKED_PRUNE, 2 * len(unchecked))
         now = time.monotonic()
         if now - self._unchecked_logged > 10:
             self._unchecked_logged = now
@@ -334,6 +350,27 @@ class Shard:
                 peers.ask(shard, "homed", [self.index, reply[1]["next"]], page)
 
         peers.ask(shard, "homed", [self.index, 0], page)
+        self._register_unchecked(shard)
+
+    def _register_unchecked(self, home: int) -> None:
+        """The link to ``home`` is up again: the jobs made here while it was
+        out of reach, still here, are registered there (its own listing of
+        this shard may have been taken before they were made)."""
+        peers = self.peers
+        assert peers is not None   # its link calls this
+        unchecked = self._unchecked.pop(home, None)
+        if not unchecked:
+            return
+        jobs = self.engine.jobs
+        ids = [id for id in unchecked if id in jobs]
+
+        def registered(replies: List[Reply]) -> None:
+            left = [id for id, reply in zip(ids, replies) if reply[0] != OK]
+            if left:   # down again already: next time
+                self._unchecked.setdefault(home, set()).update(left)
+
+        if ids:
+            peers.register(ids, registered)
 
     def _home_op(self, channel: FrameChannel, req_id: int, op: str, args: Any) -> None:
         """A request about ids homed here, or about this shard's jobs of another home."""
@@ -662,8 +699,9 @@ class Shard:
     def _moved_in(self, channel: FrameChannel, req_id: int, op: str, args: Any, reply: Reply, fresh: bool,
                   named: Sequence[int], registered: List[Reply]) -> None:
         failed = [r for r in registered if r[0] != OK]
-        if failed:   # a home out of reach learns of them from this shard's list once it is back
-            self._home_unreachable(-1, failed[0])
+        if failed:   # a home out of reach learns of them once its link is back
+            self._home_unreachable(-1, failed[0], [event[1] for event, r in zip(args[2], registered)
+                                                   if r[0] != OK])
         self._cluster_answer(channel, req_id, op, args, reply, fresh, named, None)
 
     def _cluster_answer(self, channel: FrameChannel, req_id: int, op: str, args: Any, reply: Reply,
