@@ -39,6 +39,10 @@ sys.path.insert(0, os.path.dirname(HERE))
 from queueserver.serverprocess import ServerProcess  # noqa: E402
 
 QUEUES = [f"soak{i}" for i in range(16)]
+#: takes per add: consumers drain faster than producers fill, so the
+#: queues stay short (retries and expired leases put jobs back) and what
+#: grows is the server, not its backlog
+TAKES = 2
 
 
 class Reader:
@@ -130,6 +134,10 @@ class Workq(Client):
         id = str(uuid.uuid4())
         r = self.send(f"add {id} {q} {ttr} 60000 5 -max-attempts=3\r\npayld\r\n".encode())
         workq_reply(r)
+        for _ in range(TAKES):
+            self.take(q, ttr, rng)
+
+    def take(self, q: str, ttr: int, rng: random.Random) -> None:
         line, items = workq_reply(self.send(f"lease {q} 10\r\n".encode()))
         if not items:
             return
@@ -154,11 +162,12 @@ class TakeANumber(Client):
         q = rng.choice(QUEUES)
         r = self.send(f"ADD {q} 2 body{rng.randrange(1000)}\r\n".encode())
         r.until(b"\r\n")
-        line = self.send(f"RESERVE {q}\r\n".encode()).until(b"\r\n")
-        if line.startswith(b"+"):
-            id = line[1:].split(b" ", 1)[0].decode()
-            verb = "RETRY" if rng.random() < 0.3 else "DONE"
-            self.send(f"{verb} {q} {id}\r\n".encode()).until(b"\r\n")
+        for _ in range(TAKES):
+            line = self.send(f"RESERVE {q}\r\n".encode()).until(b"\r\n")
+            if line.startswith(b"+"):
+                id = line[1:].split(b" ", 1)[0].decode()
+                verb = "RETRY" if rng.random() < 0.3 else "DONE"
+                self.send(f"{verb} {q} {id}\r\n".encode()).until(b"\r\n")
         self.send(f"LEN {q}\r\n".encode()).until(b"\r\n")
 
 
@@ -181,11 +190,15 @@ class Goqueue(Client):
         q = rng.choice(QUEUES).encode()
         data = b"go-payload"
         go_reply(self.send(b"ADD\0" + q + b"\0" + struct.pack("<III", 0, 2, len(data)) + data))
-        reply = go_reply(self.send(b"RESERVE\0" + q + b"\0" + struct.pack("<I", 0)))
-        if reply.startswith(b"RESERVED\0") and rng.random() < 0.8:
-            id = struct.unpack("<Q", reply[9:17])[0]
-            go_reply(self.send(b"DELETE\0" + struct.pack("<Q", id)))
-        # else: left reserved; it is ready again when its TTP runs out or the connection goes
+        for take in range(1 if rng.random() < 0.7 else 2):   # an empty queue makes a take wait 1 s
+            # (a timeout of 0 would wait for ever on an empty queue)
+            reply = go_reply(self.send(b"RESERVE\0" + q + b"\0" + struct.pack("<I", 1)))
+            if reply.startswith(b"RESERVED\0") and (take or rng.random() < 0.8):
+                id = struct.unpack("<Q", reply[9:17])[0]
+                go_reply(self.send(b"DELETE\0" + struct.pack("<Q", id)))
+            # else: left reserved; ready again when its TTP runs out or the connection goes
+            if not reply.startswith(b"RESERVED\0"):
+                break
 
 
 class Queued(Client):
@@ -203,7 +216,8 @@ class Queued(Client):
     def step(self, rng: random.Random) -> None:
         item = os.urandom(12).hex().encode()
         self.send(b"ENQUE " + base64.b64encode(item) + b"\n").until(b"\n")
-        self.send(b"DEQUE\n").until(b"\n")
+        for _ in range(TAKES):
+            self.send(b"DEQUE\n").until(b"\n")
         if rng.random() < 0.2:
             self.send(b"SIZE\n").until(b"\n")
 
@@ -228,7 +242,8 @@ class TaskFlux(Client):
         q = rng.choice(QUEUES).encode()
         tf_reply(self.send(tf_packet(b"E" + tf_string(q) + struct.pack(">q", rng.randrange(100))
                                      + tf_string(b"flux"))))
-        tf_reply(self.send(tf_packet(b"D" + tf_string(q))))
+        for _ in range(TAKES):
+            tf_reply(self.send(tf_packet(b"D" + tf_string(q))))
         if rng.random() < 0.2:
             tf_reply(self.send(tf_packet(b"C" + tf_string(q))))
 
