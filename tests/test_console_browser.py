@@ -164,6 +164,35 @@ def test_overview_refreshes_itself_and_sorts(console, page):
     assert names == sorted(names)
 
 
+@pytest.mark.parametrize("width", [1920, 1280])
+def test_the_overview_table_fits_the_window_with_no_sideways_scroll(console, browser, width):
+    """Every column, the shard last, is in sight at a desktop's width: the
+    table's card does not scroll sideways (a long queue name is cut with an
+    ellipsis; the protocols wrap)."""
+    name = "notifications-for-customers-in-europe-west-" + "x" * 40
+    console.add_workq(name, 2)
+    console.add_takeanumber(name, 1)
+    context = browser.new_context(viewport={"width": width, "height": 1080})
+    try:
+        tab = context.new_page()
+        tab.goto(console.url("/"))
+        expect(tab.locator(f'tr[data-queue="{name}"]')).to_have_count(1)
+        fit = tab.evaluate("""() => {
+            const card = document.querySelector('#live .card.flush');
+            const shard = [...card.querySelectorAll('thead th')].pop();
+            return {scroll: card.scrollWidth, client: card.clientWidth, label: shard.textContent,
+                    right: shard.getBoundingClientRect().right, edge: card.getBoundingClientRect().right,
+                    window: window.innerWidth, page: document.documentElement.scrollWidth};
+        }""")
+        assert fit["label"].strip().lower() == "shard"
+        assert fit["scroll"] <= fit["client"], fit                       # no scrollbar in the card
+        assert fit["right"] <= fit["edge"] <= fit["window"], fit          # the last column in sight
+        assert fit["page"] <= fit["window"], fit                          # nor in the page
+        screenshot(tab, f"console-overview-{width}")
+    finally:
+        context.close()
+
+
 def test_search_finds_a_job_by_id_and_by_number(console, page):
     id = console.emails[3]
     page.goto(console.url("/"))

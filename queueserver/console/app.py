@@ -25,8 +25,9 @@ is answered with a redirect to the page it changed (a flash line says what
 was done); a post with the token in the ``X-Queueserver-Token`` header with
 the :class:`~.model.ActionResult` as JSON. The shard logs each action (who,
 what) at INFO; a refused one is logged here, as a warning with the client's
-address. A :class:`~.errors.ConsoleError` is a page (or, under ``/api/`` and
-for requests with the token header, JSON ``{"error": ...}``) with its status;
+address. A :class:`~.errors.ConsoleError` is a page (or, under ``/api/``, for
+requests with the token header and for a POST no browser sent, JSON
+``{"error": ...}``) with its status;
 anything else a 500 page with no traceback (the traceback goes to the log).
 """
 from __future__ import annotations
@@ -131,6 +132,13 @@ class Request:
         return self.query.get(name, default)
 
 
+def from_browser(headers: Mapping[str, str]) -> bool:
+    """Whether a request looks like a browser's: it names where it comes from
+    (``Origin``/``Referer``, which browsers send with a form post) or asks
+    for HTML. ``headers``: lower-case names."""
+    return "origin" in headers or "referer" in headers or "text/html" in headers.get("accept", "")
+
+
 def _fields(text: str) -> Dict[str, str]:
     try:
         parsed = parse_qs(text, keep_blank_values=True, max_num_fields=64, strict_parsing=False)
@@ -213,8 +221,10 @@ class ConsoleApp:
                client: str = "") -> Response:
         """The response to one request; never raises."""
         lower = {k.lower(): v for k, v in headers.items()}
-        # JSON errors for the API and for scripts (a token in the header); pages for browsers.
-        api = target.startswith("/api/") or TOKEN_HEADER.lower() in lower
+        # JSON errors for the API and for scripts (a token in the header, or a
+        # POST that no browser sent); pages for browsers.
+        api = target.startswith("/api/") or TOKEN_HEADER.lower() in lower or (
+            method == "POST" and not from_browser(lower))
         try:
             request = self._parse(method, target, lower, body, client)
             return self._route(request)

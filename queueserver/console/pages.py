@@ -93,7 +93,7 @@ def queue_rows(rows: Sequence[QueueRow]) -> str:
             + num_cell(r["completed_per_s"], fmt_rate(r["completed_per_s"]))
             + num_cell(r["failed_per_s"], fmt_rate(r["failed_per_s"]), cls="hot" if r["failed_per_s"] > 0 else "")
             + f'<td class="n {age_cls}" data-v="{-1 if oldest is None else oldest:g}">{esc(fmt_age(oldest))}</td>'
-            + f'<td data-v="{esc(",".join(r["protocols"]))}">'
+            + f'<td class=wrap data-v="{esc(",".join(r["protocols"]))}">'
             + ("".join(f"<span class=chip>{esc(p)}</span>" for p in r["protocols"]) or '<span class=zero>—</span>')
             + f'</td><td class="n" data-v="{esc(where)}">{esc(where)}</td></tr>')
     return "".join(out)
