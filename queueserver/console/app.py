@@ -9,12 +9,14 @@ so a queue name may hold a ``/``):
 * ``GET /queues/<name>?state=&page=&per_page=``: a queue's jobs by state, its rate chart
 * ``GET /jobs/<ident>``: a job (UUID or number), found anywhere in the cluster
 * ``GET /search?q=``: queue names and a job id or number
+* ``GET /workers``: client connections per router and shard, and who holds which lease (live)
 * ``GET /cluster``: nodes, shards, moves, links
 * ``GET /history/report``: the last ``queueserver history`` report (sandboxed)
 * ``GET /static/console.js``: the pages' script
 * ``GET /api/queues[?format=html]``: the overview's rows as JSON (or its live HTML)
 * ``GET /api/queues/<name>/rates[?format=svg]``: a queue's rate samples (or its chart)
 * ``GET /api/job?id=<ident>[&scope=node]``: a job as JSON (other nodes ask with ``scope=node``)
+* ``GET /api/workers[?format=html]``: the workers page's data as JSON (or its live HTML)
 * ``POST /jobs/<ident>/delete``: delete a job
 * ``POST /jobs/<ident>/requeue``: requeue a leased or finished job
 * ``POST /queues/<name>/purge``: purge a queue; without ``confirm=<name>``, the confirmation page
@@ -47,7 +49,7 @@ from .charts import rate_chart
 from .errors import BadRequest, ConsoleError, Forbidden, NotFound
 from .layout import url
 from .model import (MAX_PER_PAGE, STATES, ActionResult, ClusterView, JobDetail, JobPage, QueueRow, RatePoint,
-                    SearchResult)
+                    SearchResult, WorkersView)
 
 log = logging.getLogger("queueserver.console")
 
@@ -89,6 +91,7 @@ class Source(Protocol):
     def search(self, text: str) -> SearchResult: ...
     def rates(self, queue: Optional[str] = None) -> List[RatePoint]: ...
     def cluster(self) -> ClusterView: ...
+    def workers(self) -> WorkersView: ...
     def delete_job(self, ident: str, who: str) -> ActionResult: ...
     def requeue_job(self, ident: str, who: str) -> ActionResult: ...
     def purge_queue(self, queue: str, who: str) -> ActionResult: ...
@@ -205,12 +208,14 @@ class ConsoleApp:
             ("GET", ("queues", "*"), self.queue),
             ("GET", ("jobs", "*"), self.job),
             ("GET", ("search",), self.search),
+            ("GET", ("workers",), self.workers),
             ("GET", ("cluster",), self.cluster),
             ("GET", ("history", "report"), self.history),
             ("GET", ("static", "console.js"), self.script),
             ("GET", ("api", "queues"), self.api_queues),
             ("GET", ("api", "queues", "*", "rates"), self.api_rates),
             ("GET", ("api", "job"), self.api_job),
+            ("GET", ("api", "workers"), self.api_workers),
             ("POST", ("jobs", "*", "delete"), self.delete),
             ("POST", ("jobs", "*", "requeue"), self.requeue),
             ("POST", ("queues", "*", "purge"), self.purge),
@@ -337,6 +342,9 @@ class ConsoleApp:
     def cluster(self, request: Request) -> Response:
         return self.html(pages.cluster_page(self.source.cluster(), self.node))
 
+    def workers(self, request: Request) -> Response:
+        return self.html(pages.workers_page(self.source.workers(), self.node))
+
     def history(self, request: Request) -> Response:
         path = self.source.history_report()
         if path is None or not os.path.isfile(path):
@@ -361,6 +369,12 @@ class ConsoleApp:
         if request.param("format") == "svg":
             return self.html(rate_chart(points))
         return self.json({"queue": name, "rates": points})
+
+    def api_workers(self, request: Request) -> Response:
+        view = self.source.workers()
+        if request.param("format") == "html":
+            return self.html(pages.workers_live(view))
+        return self.json({"node": self.node, **view})
 
     def api_job(self, request: Request) -> Response:
         """A job as JSON; ``scope=node``: this node's shards only (what other nodes' consoles ask)."""

@@ -115,6 +115,7 @@ border-radius:9px;padding:14px 16px;overflow:auto;max-height:420px;white-space:p
 .ptabs #pt-text:checked~.tabs label[for=pt-text],.ptabs #pt-hex:checked~.tabs label[for=pt-hex]{color:var(--text);
 border-color:var(--accent)}
 .note{color:var(--muted);font-size:12.5px;margin-top:8px}
+.note.pad{padding:0 20px 12px}
 form.act{display:flex;gap:8px;align-items:center;flex-wrap:wrap;margin:0 0 10px}
 form.act input[type=password],form.act input[type=text]{border:1px solid #d0d5dd;border-radius:8px;padding:7px 10px;
 font:inherit;width:200px}
@@ -220,7 +221,8 @@ FAVICON = ('<link rel=icon href="data:image/svg+xml,'
            "rx='8' fill='%234f46e5'/%3E%3Ctext x='16' y='22' font-size='17' font-family='sans-serif' "
            "font-weight='700' text-anchor='middle' fill='white'%3EQ%3C/text%3E%3C/svg%3E\">")
 
-NAV: Tuple[Tuple[str, str], ...] = (("overview", "/"), ("cluster", "/cluster"), ("history", "/history/report"))
+NAV: Tuple[Tuple[str, str], ...] = (("overview", "/"), ("workers", "/workers"), ("cluster", "/cluster"),
+                                    ("history", "/history/report"))
 
 
 def page(title: str, body: str, node: str, active: str = "", search: str = "",

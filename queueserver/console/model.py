@@ -11,6 +11,8 @@ from typing import Any, Dict, List, Optional, TypedDict
 STATES = ("ready", "scheduled", "leased", "finished")
 #: Most jobs one page lists (a larger ``per_page`` is cut to this).
 MAX_PER_PAGE = 100
+#: Most connections and leases the workers page lists (all are counted).
+MAX_LISTED = 500
 
 
 class QueueRow(TypedDict):
@@ -54,10 +56,15 @@ class JobPage(TypedDict):
 
 
 class Lease(TypedDict):
-    """Who holds a leased job."""
-    connection: str           # the client's address as the router saw it, e.g. "127.0.0.1:53312"
-    protocol: str
+    """Who holds a leased job (known on every path, with the job history off too)."""
+    connection: str           # the client's address as the router saw it, e.g. "127.0.0.1:53312" ("": unknown)
+    protocol: str             # "": unknown
     ttr_left_s: float
+    client: str               # the connection as the job history names it, "<router>-<id>" ("": unknown)
+    via: str                  # "router" (forwarded) or "direct" (served by the shard itself); "": unknown
+    leased_s: Optional[float]     # how long ago the lease began (None: not known)
+    connected_s: Optional[float]  # how long the client has been connected (None: not known)
+    left_s: Optional[float]       # how long ago the client disconnected (None: connected, as far as known)
 
 
 class JobDetail(TypedDict):
@@ -127,3 +134,40 @@ class ActionResult(TypedDict):
     ok: bool
     message: str              # e.g. "deleted job 7f3c..." or "purged 120 jobs from emails"
     count: int                # jobs affected
+
+
+class ConnectionRow(TypedDict):
+    """A client connection of this node (workers, producers, anyone)."""
+    router: str               # the router that accepted it
+    connection: int           # its id at that router
+    protocol: str
+    address: str              # the client's host:port
+    connected_s: Optional[float]   # how long it has been connected
+    served_by: str            # "router" (forwarded) or "shard <n>" (the direct path)
+    leases: int               # jobs it holds leased on this node's shards
+
+
+class LeaseRow(TypedDict):
+    """A leased job and who holds it."""
+    job: JobRow
+    shard: int
+    leased_s: Optional[float]
+    holder: Optional[Dict[str, Any]]   # address, protocol, client, via, left_s (None: not known)
+
+
+class ProcessCount(TypedDict):
+    """One router or shard on the workers page."""
+    name: str                 # "router 0", "shard 1"
+    up: bool
+    connections: int          # a router: connections accepted and open; a shard: served directly
+    leases: int               # a shard: jobs leased there (a router: 0)
+
+
+class WorkersView(TypedDict):
+    """Who is connected and who holds which lease, per router and shard."""
+    connections: List[ConnectionRow]   # the first MAX_LISTED
+    connections_total: int
+    leases: List[LeaseRow]             # the first MAX_LISTED, longest held first
+    leases_total: int
+    leases_unknown: int                # leases whose holder is not known
+    processes: List[ProcessCount]

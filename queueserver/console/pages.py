@@ -10,14 +10,14 @@ from __future__ import annotations
 import json
 import time
 from datetime import datetime, timezone
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from .auth import CSRF_FIELD, TOKEN_FIELD
 from .charts import legend, rate_chart
 from .layout import (STATE_COLOURS, crumbs, empty, esc, fmt_age, fmt_int, fmt_rate, num_cell, page, state_badge,
                      table, url)
-from .model import (MAX_PER_PAGE, STATES, ClusterView, JobDetail, JobPage, JobRow, QueueRow, RatePoint,
-                    SearchResult)
+from .model import (MAX_LISTED, MAX_PER_PAGE, STATES, ClusterView, JobDetail, JobPage, JobRow, Lease, QueueRow,
+                    RatePoint, SearchResult, WorkersView)
 
 #: The name each state goes by in the pages (finished jobs are those kept with results).
 STATE_LABELS = {"ready": "Ready", "scheduled": "Scheduled", "leased": "Leased", "finished": "Finished"}
@@ -272,13 +272,7 @@ def job_page(detail: JobDetail, node: str, csrf: str, notice: str = "", elsewher
              ("Payload", f'{fmt_int(detail["payload_size"])} bytes')]
     lease = detail["lease"]
     if lease:
-        unknown = '<span class=muted>unknown (the job history names it)</span>'
-        lease_html = _kv([("Connection", f'<span class=mono>{esc(lease["connection"])}</span>' if lease["connection"]
-                           else unknown),
-                          ("Protocol", f'<span class=chip>{esc(lease["protocol"])}</span>' if lease["protocol"]
-                           else unknown),
-                          ("TTR left", fmt_age(lease["ttr_left_s"]) if j["ttr_left_s"] is not None
-                           else "no time limit")])
+        lease_html = lease_facts(lease, j["ttr_left_s"] is not None)
     else:
         lease_html = '<p class=muted>Not leased: no client holds this job.</p>'
     ident = j["id"]
@@ -328,6 +322,32 @@ def job_page(detail: JobDetail, node: str, csrf: str, notice: str = "", elsewher
         + '<div class=card><h2>More</h2>' + extra_html + "</div></div>"
         + '<div class=card id=history><h2>History</h2>' + history + "</div>")
     return page(f"Job {ident}", body, node)
+
+
+#: How a lease holder's transport is said.
+VIA = {"router": "through its router", "direct": "served by its shard directly"}
+
+
+def _client_state(connected_s: Optional[float], left_s: Optional[float]) -> str:
+    if left_s is not None:
+        return f'<span class=warm>disconnected {esc(fmt_age(left_s))} ago</span>'
+    if connected_s is not None:
+        return f"connected for {esc(fmt_age(connected_s))}"
+    return '<span class=muted>connected</span>'
+
+
+def lease_facts(lease: Lease, timed: bool = True) -> str:
+    """Who holds a leased job, since when, and how long it has left."""
+    unknown = '<span class=muted>unknown</span>'
+    facts = [("Holder", f'<span class=mono>{esc(lease["connection"])}</span>' if lease["connection"] else unknown),
+             ("Protocol", f'<span class=chip>{esc(lease["protocol"])}</span>' if lease["protocol"] else unknown)]
+    if lease["client"]:
+        facts.append(("Connection", f'<span class=mono>{esc(lease["client"])}</span> '
+                                    f'<span class=muted>{esc(VIA.get(lease["via"], lease["via"]))}</span>'))
+        facts.append(("Client", _client_state(lease["connected_s"], lease["left_s"])))
+    facts.append(("Leased", f'{esc(fmt_age(lease["leased_s"]))} ago' if lease["leased_s"] is not None else unknown))
+    facts.append(("TTR left", fmt_age(lease["ttr_left_s"]) if timed else "no time limit"))
+    return _kv(facts)
 
 
 def _extra_value(key: str, value: object) -> str:
@@ -438,6 +458,82 @@ def cluster_page(view: ClusterView, node: str) -> str:
             + '<div class="grid g2"><div class="card flush"><h2>Moves in progress</h2>' + moves_html + "</div>"
             + '<div class="card flush"><h2>Links</h2>' + links_html + "</div></div>")
     return page("Cluster", body, node, active="cluster")
+
+
+# -------------------------------------------------------------- workers
+def _holder_cells(holder: Optional[Dict[str, Any]]) -> str:
+    if not holder:
+        return '<td class=zero data-v="">unknown</td><td></td><td></td>'
+    left = holder.get("left_s")
+    gone = (f' <span class=warm title="the client disconnected; the lease runs until its TTR">'
+            f'gone {esc(fmt_age(left))}</span>' if left is not None else "")
+    return (f'<td class=mono data-v="{esc(holder["address"])}">{esc(holder["address"] or "—")}{gone}</td>'
+            f'<td data-v="{esc(holder["protocol"])}"><span class=chip>{esc(holder["protocol"])}</span></td>'
+            f'<td class=mono data-v="{esc(holder["client"])}">{esc(holder["client"])}</td>')
+
+
+def workers_live(view: WorkersView) -> str:
+    """The workers page's part that refreshes itself."""
+    unknown = view["leases_unknown"]
+    tiles = (f'<div class=tile style="--c:#3b82f6"><div class=k>Connections</div>'
+             f'<div class=v>{fmt_int(view["connections_total"])}</div></div>'
+             f'<div class=tile style="--c:#f59e0b"><div class=k>Leases</div>'
+             f'<div class=v>{fmt_int(view["leases_total"])}</div></div>'
+             f'<div class=tile style="--c:#10b981"><div class=k>Holding leases</div>'
+             f'<div class=v>{fmt_int(sum(1 for c in view["connections"] if c["leases"]))}</div></div>'
+             + (f'<div class=tile style="--c:#98a2b3"><div class=k>Holder unknown</div>'
+                f'<div class=v>{fmt_int(unknown)}</div></div>' if unknown else ""))
+    processes = table([("Router or shard", "text"), ("State", "text"), ("Connections", "num"), ("Leases", "num")],
+                      [f'<tr><td class=name>{esc(p["name"])}</td><td>{_up(p["up"])}</td>'
+                       + num_cell(p["connections"]) + num_cell(p["leases"]) + "</tr>" for p in view["processes"]])
+    if view["connections"]:
+        conns = table([("Router", "text"), ("Id", "num"), ("Address", "text"), ("Protocol", "text"),
+                       ("Served by", "text"), ("Connected", "num"), ("Leases", "num")],
+                      [f'<tr data-connection="{esc(c["router"])}-{c["connection"]}"><td>{esc(c["router"])}</td>'
+                       + num_cell(c["connection"], str(c["connection"]))
+                       + f'<td class=mono>{esc(c["address"] or "—")}</td>'
+                       + f'<td><span class=chip>{esc(c["protocol"])}</span></td><td>{esc(c["served_by"])}</td>'
+                       + num_cell(-1 if c["connected_s"] is None else c["connected_s"], fmt_age(c["connected_s"]))
+                       + num_cell(c["leases"], cls="warm" if c["leases"] else "") + "</tr>"
+                       for c in view["connections"]], body_id="connection-rows")
+    else:
+        conns = empty("No client connected", " — a worker that connects over any protocol shows here.")
+    if view["leases"]:
+        leases = table([("Job", "text"), ("Queue", "text"), ("Shard", "num"), ("Holder", "text"),
+                        ("Protocol", "text"), ("Connection", "text"), ("Leased", "num"), ("TTR left", "num"),
+                        ("Attempt", "num")],
+                       [f'<tr data-job="{esc(lease["job"]["id"])}">'
+                        f'<td class=id><a href="{esc(url("jobs", lease["job"]["id"]))}">{esc(lease["job"]["id"])}</a></td>'
+                        f'<td class=name><a href="{esc(url("queues", lease["job"]["queue"]))}">'
+                        f'{esc(lease["job"]["queue"])}</a></td>' + num_cell(lease["shard"], str(lease["shard"]))
+                        + _holder_cells(lease["holder"])
+                        + num_cell(-1 if lease["leased_s"] is None else lease["leased_s"], fmt_age(lease["leased_s"]))
+                        + num_cell(-1 if lease["job"]["ttr_left_s"] is None else lease["job"]["ttr_left_s"],
+                                   fmt_age(lease["job"]["ttr_left_s"]))
+                        + num_cell(lease["job"]["attempts"]) + "</tr>" for lease in view["leases"]],
+                       body_id="lease-rows")
+    else:
+        leases = empty("No job is leased", " — no worker holds a job now.")
+
+    def more(shown: int, total: int, what: str) -> str:
+        return (f'<p class="note pad">The first {fmt_int(shown)} of {fmt_int(total)} {what}.</p>'
+                if total > shown else "")
+    return (f'<div class=tiles>{tiles}</div>'
+            f'<div class="card flush"><h2>Routers and shards</h2>{processes}</div>'
+            f'<div class="card flush" id=connections><h2>Connections <span class=muted>'
+            f'({fmt_int(view["connections_total"])})</span></h2>{conns}'
+            f'{more(len(view["connections"]), view["connections_total"], "connections")}</div>'
+            f'<div class="card flush" id=leases><h2>Leased jobs <span class=muted>'
+            f'({fmt_int(view["leases_total"])})</span></h2>{leases}'
+            f'{more(len(view["leases"]), view["leases_total"], "leased jobs, longest held first")}</div>')
+
+
+def workers_page(view: WorkersView, node: str) -> str:
+    body = ('<div class=head><h1>Workers</h1><span class=live id=live-state>live</span>'
+            '<div class=sub>Every client connection of this node and the jobs leased to them, per router and '
+            f'shard (at most {MAX_LISTED} of each listed); refreshes every 2 s.</div></div>'
+            f'<section id=live data-src="/api/workers?format=html">{workers_live(view)}</section>')
+    return page("Workers", body, node, active="workers")
 
 
 # --------------------------------------------------------------- errors

@@ -66,8 +66,9 @@ from ..engine.browse import MAX_OFFSET
 from ..metrics.control import ask
 from .uses import merge
 from .errors import BadRequest, ConsoleError, Forbidden, NotFound, Unavailable
-from .model import (MAX_PER_PAGE, STATES, ActionResult, ClusterView, JobDetail, JobPage, JobRow, Lease,
-                    LinkView, NodeInfo, QueueRow, RatePoint, SearchResult, ShardView)
+from .model import (MAX_LISTED, MAX_PER_PAGE, STATES, ActionResult, ClusterView, ConnectionRow, JobDetail,
+                    JobPage, JobRow, Lease, LeaseRow, LinkView, NodeInfo, ProcessCount, QueueRow, RatePoint,
+                    SearchResult, ShardView, WorkersView)
 
 log = logging.getLogger("queueserver.console")
 
@@ -132,6 +133,31 @@ def _row(raw: Dict[str, Any]) -> JobRow:
     return {"id": raw["id"], "number": raw["number"] or None, "queue": raw["queue"], "state": raw["state"],
             "priority": raw["priority"], "attempts": raw["attempts"], "age_s": max(0.0, raw["age"] / 1e6),
             "ttr_left_s": _seconds(raw["ttr_left"]), "ttl_left_s": _seconds(raw["ttl_left"])}
+
+
+def _ago(now: int, then: Optional[int]) -> Optional[float]:
+    """Seconds from ``then`` to ``now`` (µs; None stays None)."""
+    return None if not then else max(0.0, (now - then) / 1e6)
+
+
+def _holder(view: Optional[Dict[str, Any]], now: int) -> Optional[Dict[str, Any]]:
+    """A shard's view of a lease's holder (:meth:`~queueserver.shard.clients.ClientRecord.view`)
+    as the console shows it: times as seconds ago."""
+    if not view:
+        return None
+    return {"address": view.get("address") or "", "protocol": view.get("protocol") or "",
+            "client": str(view.get("name") or ""), "via": view.get("via") or "",
+            "router": str(view.get("router", "")), "connection": view.get("connection"),
+            "connected_s": _ago(now, view.get("since")), "left_s": _ago(now, view.get("left"))}
+
+
+def _lease(raw: Dict[str, Any], now: int) -> Lease:
+    """A leased job's lease as its shard told it: who holds it, since when."""
+    holder = _holder(raw.get("holder"), now) or {}
+    return {"connection": holder.get("address", ""), "protocol": holder.get("protocol", ""),
+            "ttr_left_s": _seconds(raw["ttr_left"]) or 0.0, "client": holder.get("client", ""),
+            "via": holder.get("via", ""), "leased_s": _ago(now, raw.get("leased_at")),
+            "connected_s": holder.get("connected_s"), "left_s": holder.get("left_s")}
 
 
 def _history_line(line: str) -> str:
@@ -309,13 +335,18 @@ class ConsoleSource:
             return dict(self._samples[-1][2]) if self._samples else {}
 
     @staticmethod
-    def _router_uses(path: str) -> Dict[str, Any]:
-        """Which protocols used each queue, as one router saw it ({} if it does not answer)."""
+    def _ask_router(path: str, request: Sequence[Any]) -> Optional[Dict[str, Any]]:
+        """One router's answer (None if it does not answer, or answers an error)."""
         try:
-            answer = ask(path, ["console", "uses"], timeout=READ_TIMEOUT)
+            answer = ask(path, request, timeout=READ_TIMEOUT)
         except (OSError, ValueError, msgpack.UnpackException):
-            return {}
-        uses = answer.get("uses")
+            return None
+        return None if "error" in answer else answer
+
+    @classmethod
+    def _router_uses(cls, path: str) -> Dict[str, Any]:
+        """Which protocols used each queue, as one router saw it ({} if it does not answer)."""
+        uses = (cls._ask_router(path, ["console", "uses"]) or {}).get("uses")
         return uses if isinstance(uses, dict) else {}
 
     def queues(self) -> List[QueueRow]:
@@ -351,6 +382,58 @@ class ConsoleSource:
             added, completed, failed = node if queue is None else queues.get(queue, (0.0, 0.0, 0.0))
             points.append({"t": t, "added": added, "completed": completed, "failed": failed})
         return points
+
+    # ------------------------------------------------------------- workers
+    def workers(self) -> WorkersView:
+        """Who is connected (each router's connections) and who holds which
+        lease (each shard's leased jobs), counted per router and shard."""
+        routers = {index: self._pool.submit(self._ask_router, path, ["console", "clients"])
+                   for index, path in self.router_paths.items()}
+        answers = self._ask_all(["console", "leases", MAX_LISTED])
+        if all(answer is None or "error" in answer for answer in answers.values()):
+            self._raise_for(answers, "leases")
+            raise Unavailable("no shard answered")
+        leases: List[LeaseRow] = []
+        held: Dict[Tuple[str, int], int] = {}   # (router, connection) -> leases it holds
+        shards: List[ProcessCount] = []
+        total = unknown = 0
+        for shard, answer in sorted(answers.items()):
+            if answer is None or "error" in answer:
+                shards.append({"name": f"shard {shard}", "up": False, "connections": 0, "leases": 0})
+                continue
+            now = int(answer["now"])
+            total += int(answer["total"])
+            unknown += int(answer["unknown"])
+            for view, count in answer["holders"]:
+                key = (str(view.get("router")), int(view.get("connection") or 0))
+                held[key] = held.get(key, 0) + int(count)
+            leases += [{"job": _row(raw), "shard": shard, "leased_s": _ago(now, raw.get("leased_at")),
+                        "holder": _holder(raw.get("holder"), now)} for raw in answer["leases"]]
+            shards.append({"name": f"shard {shard}", "up": True, "connections": len(answer["direct"]),
+                           "leases": int(answer["total"])})
+        now = time.time_ns() // 1000
+        connections: List[ConnectionRow] = []
+        processes: List[ProcessCount] = []
+        listed = 0
+        for index, future in sorted(routers.items()):
+            clients = future.result()
+            if clients is None:
+                processes.append({"name": f"router {index}", "up": False, "connections": 0, "leases": 0})
+                continue
+            router_key = str(clients["router"])
+            listed += int(clients["total"])
+            for origin, protocol, address, since, _, served in (c[:6] for c in clients["clients"]):
+                connections.append({"router": router_key, "connection": int(origin), "protocol": str(protocol),
+                                    "address": str(address), "connected_s": _ago(now, since),
+                                    "served_by": "router" if served is None else f"shard {served}",
+                                    "leases": held.get((router_key, int(origin)), 0)})
+            processes.append({"name": f"router {index}", "up": True, "connections": int(clients["total"]),
+                              "leases": sum(n for (router, _), n in held.items() if router == router_key)})
+        connections.sort(key=lambda c: (-c["leases"], -(c["connected_s"] or 0.0)))
+        leases.sort(key=lambda lease: -(lease["leased_s"] if lease["leased_s"] is not None else -1.0))
+        return {"connections": connections[:MAX_LISTED], "connections_total": listed,
+                "leases": leases[:MAX_LISTED], "leases_total": total, "leases_unknown": unknown,
+                "processes": processes + shards}
 
     # --------------------------------------------------------------- jobs
     def jobs(self, queue: str, state: str, page: int = 1, per_page: int = 50) -> JobPage:
@@ -395,15 +478,7 @@ class ConsoleSource:
             history = history_lines(answer["history_dir"], raw["id"])
         lease: Optional[Lease] = None
         if raw["state"] == "leased":
-            connection, protocol = raw.get("owner", ""), "goqueue" if raw.get("owner") else ""
-            for line in reversed(history):   # the latest "leased" line names its holder
-                if " leased " in f" {line} ":
-                    match = re.search(r" by (\S+)(?: \((\S+)\))?", line)
-                    if match:
-                        protocol, connection = match[1], match[2] or connection
-                    break
-            lease = {"connection": connection, "protocol": protocol,
-                     "ttr_left_s": _seconds(raw["ttr_left"]) or 0.0}
+            lease = _lease(raw, answer["now"])
         max_attempts = raw["max_attempts"]
         extra = {key: raw[key] for key in ("max_fails", "fails", "ttr", "ttl", "foreground", "outcome",
                                            "result_size")}

@@ -24,6 +24,8 @@ The requests (msgpack arrays; every answer is a map, ``{"error": message,
     ["console", "jobs", queue, state, offset, limit]
     ["console", "job", id]                    {"job": detail or None, ...}
     ["console", "number", number]             the same, by goqueue/takeanumber number
+    ["console", "leases", limit]              leased jobs (the first ``limit``) with who holds
+                                              each, leases per holder, direct connections
     ["console", "delete", id, who]            {"ok", "message", "count", "queue"}
     ["console", "requeue", id, who]
     ["console", "purge", queue, who]
@@ -48,6 +50,7 @@ from ..engine import job as J
 from ..engine.effects import Effects, Event
 from ..engine.job import Job
 from ..engine.status import NOT_FOUND, OK, SERVER_ERROR, Reply
+from .clients import ClientRecord
 from .stats import ADDED, COMPLETED, FAILED, LEASED_NOW
 
 if TYPE_CHECKING:
@@ -61,6 +64,8 @@ DURABLE_TIMEOUT = 20.0
 PURGE_BATCH = 500
 #: Queues one ``queues`` answer lists (the busiest, by jobs held; the rest are counted).
 MAX_QUEUES = 5000
+#: Leased jobs one ``leases`` answer lists (all are counted).
+MAX_LEASES = 1000
 Answer = Dict[str, Any]
 
 
@@ -89,7 +94,7 @@ class ShardConsole:
         self._handlers: Dict[str, Callable[..., Answer]] = {
             "queues": self.queues, "counters": self.counters, "jobs": self.jobs, "job": self.job,
             "number": self.number, "delete": self.delete, "requeue": self.requeue, "purge": self.purge,
-            "shard": self.shard_view,
+            "shard": self.shard_view, "leases": self.leases,
         }
 
     def handle(self, request: Sequence[Any]) -> Answer:
@@ -210,12 +215,65 @@ class ShardConsole:
         if job is None:
             return answer
         detail = browse.job_detail(job, answer["now"])
-        owner = shard.engine._owner_of.get(job.id) if job.state == J.LEASED else None
-        if owner is not None:   # (channel, connection id): a lease that ends with its connection
-            channel, conn = owner
-            detail["owner"] = f"{'direct' if channel < 0 else 'channel ' + str(channel)} connection {conn}"
+        if job.state == J.LEASED:
+            detail.update(self._lease(job))
         answer["job"] = detail
         return answer
+
+    def _lease(self, job: Job) -> Answer:
+        """Who holds leased ``job`` (its client's record; None: not known) and since when (µs)."""
+        holder = self.shard.holder(job.id)
+        return {"holder": holder.view() if holder is not None else None, "leased_at": self._lease_start(job)}
+
+    def _lease_start(self, job: Job) -> Optional[int]:
+        """When ``job``'s lease began: as the statistics noted it, else from
+        its TTR timer (None: neither, a lease with no time limit)."""
+        stats = self.shard.stats
+        if stats.engine is self.shard.engine:
+            start = stats.leased.get(job.id)
+            if start is not None and start >= 0:
+                return start
+        due = browse.lease_due(job)
+        return due - job.ttr * J.MS if due is not None and job.ttr else None
+
+    def leases(self, limit: int = MAX_LEASES) -> Answer:
+        """The shard's leased jobs (the first ``limit``, each with its holder
+        and when it was leased), how many leases each holder has, and the
+        connections its direct path serves now. The leased jobs are the
+        statistics' list of them when kept, else one chunked scan."""
+        shard, engine = self.shard, self.shard.engine
+        limit = max(0, min(int(limit), MAX_LEASES))
+        jobs, holders = engine.jobs, shard.holders
+        stats = shard.stats
+        ids = list(stats.leased) if stats.engine is engine else list(jobs)
+        now = now_us()
+        rows: List[Answer] = []
+        per_holder: Dict[int, List[Any]] = {}   # id(record) -> [its view, leases]
+        total = unknown = 0
+        for start in range(0, len(ids), browse.SCAN_CHUNK):
+            for job_id in ids[start:start + browse.SCAN_CHUNK]:
+                job = jobs.get(job_id)
+                if job is None or job.state != J.LEASED:
+                    continue
+                total += 1
+                holder = holders.get(job_id)
+                view: Optional[Answer] = None
+                if holder is None:
+                    unknown += 1
+                else:
+                    entry = per_holder.get(id(holder))
+                    if entry is None:
+                        entry = per_holder[id(holder)] = [holder.view(), 0]
+                    entry[1] += 1
+                    view = entry[0]
+                if len(rows) < limit:
+                    row = browse.job_row(job, now)
+                    row["holder"], row["leased_at"] = view, self._lease_start(job)
+                    rows.append(row)
+            _yield()
+        return {"shard": shard.index, "now": now, "total": total, "unknown": unknown, "leases": rows,
+                "holders": list(per_holder.values()),
+                "direct": [record.view() for record in shard.direct.records.values()]}
 
     def job(self, id: str) -> Answer:
         return self._detail(self._find(str(id)))
@@ -257,7 +315,7 @@ class ShardConsole:
         return settled
 
     def _execute(self, op: str, args: Sequence[Any], who: str) -> Reply:
-        reply = self.shard.execute(op, args, None, ("console", who))
+        reply = self.shard.execute(op, args, None, ClientRecord.console(who))
         assert reply is not None   # no token: never parked
         self.shard.schedule_after_batch()
         return reply
