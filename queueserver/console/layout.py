@@ -115,6 +115,16 @@ border-radius:9px;padding:14px 16px;overflow:auto;max-height:420px;white-space:p
 .ptabs #pt-text:checked~.tabs label[for=pt-text],.ptabs #pt-hex:checked~.tabs label[for=pt-hex]{color:var(--text);
 border-color:var(--accent)}
 .note{color:var(--muted);font-size:12.5px;margin-top:8px}
+th.sel,td.sel{width:34px;padding-right:0}
+td.error{white-space:normal;max-width:420px;color:#b42318;font-family:var(--mono);font-size:12.5px;
+overflow-wrap:anywhere}
+.listbar{padding:12px 20px;border-bottom:1px solid var(--line)}
+form.filters{display:flex;gap:8px;flex-wrap:wrap;align-items:center;margin:0}
+form.filters input,form.filters select{border:1px solid #d0d5dd;border-radius:8px;padding:6px 9px;font:inherit;
+background:#fff}
+form.filters input[type=search]{min-width:220px}
+.bulkbar{padding:12px 20px;border-top:1px solid var(--line);background:#fafbfc}
+.bulkbar form.act{margin:0}
 .note.pad{padding:0 20px 12px}
 form.act{display:flex;gap:8px;align-items:center;flex-wrap:wrap;margin:0 0 10px}
 form.act input[type=password],form.act input[type=text]{border:1px solid #d0d5dd;border-radius:8px;padding:7px 10px;
@@ -221,8 +231,8 @@ FAVICON = ('<link rel=icon href="data:image/svg+xml,'
            "rx='8' fill='%234f46e5'/%3E%3Ctext x='16' y='22' font-size='17' font-family='sans-serif' "
            "font-weight='700' text-anchor='middle' fill='white'%3EQ%3C/text%3E%3C/svg%3E\">")
 
-NAV: Tuple[Tuple[str, str], ...] = (("overview", "/"), ("workers", "/workers"), ("cluster", "/cluster"),
-                                    ("history", "/history/report"))
+NAV: Tuple[Tuple[str, str], ...] = (("overview", "/"), ("failed", "/failed"), ("workers", "/workers"),
+                                    ("cluster", "/cluster"), ("history", "/history/report"))
 
 
 def page(title: str, body: str, node: str, active: str = "", search: str = "",
@@ -258,9 +268,11 @@ def empty(title: str, text: str = "") -> str:
 
 
 def table(head: Iterable[Tuple[str, str]], rows: Iterable[str], sortable: bool = True,
-          body_id: str = "") -> str:
-    """A table of ``head`` (label, kind: "text", "num" or "" for unsortable) and row HTML."""
-    cells = []
+          body_id: str = "", select: bool = False) -> str:
+    """A table of ``head`` (label, kind: "text", "num" or "" for unsortable) and row HTML;
+    ``select``: its rows start with a box to pick them, its head with one to pick them all."""
+    cells = ['<th class=sel><input type=checkbox class=select-all aria-label="select every job on this page">'
+             '</th>'] if select else []
     for label, kind in head:
         classes = " ".join(c for c in ("n" if kind == "num" else "", "sortable" if kind and sortable else "") if c)
         attr = f' data-sort="{kind}"' if kind and sortable else ""

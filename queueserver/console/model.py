@@ -9,6 +9,11 @@ from typing import Any, Dict, List, Optional, TypedDict
 
 #: The states a queue's jobs are listed by.
 STATES = ("ready", "scheduled", "leased", "finished")
+#: The lists a queue's page offers: its states, and its failed jobs (the
+#: finished ones whose outcome is failed: the dead jobs).
+LISTS = STATES + ("failed",)
+#: A finished job's outcomes.
+OUTCOMES = ("completed", "failed")
 #: Most jobs one page lists (a larger ``per_page`` is cut to this).
 MAX_PER_PAGE = 100
 #: Most connections and leases the workers page lists (all are counted).
@@ -42,11 +47,22 @@ class JobRow(TypedDict):
     age_s: float
     ttr_left_s: Optional[float]   # leased jobs only
     ttl_left_s: Optional[float]   # None: no TTL
+    outcome: Optional[str]    # a finished job's: "completed" or "failed" (None: not finished)
+    error: Optional[str]      # a failed job's result (its first 200 bytes, as text), None if it left none
+
+
+class Filters(TypedDict, total=False):
+    """What a list of jobs is narrowed by (a key left out: not asked)."""
+    outcome: str              # "completed" or "failed" (finished jobs)
+    min_age_s: float          # made at least this long ago
+    max_age_s: float          # made at most this long ago
+    priority: int             # exactly
+    text: str                 # in the payload, or in a failed job's error
 
 
 class JobPage(TypedDict):
-    """A page of one queue's jobs in one state."""
-    queue: str
+    """A page of one queue's jobs (or, queue None, every queue's) in one of :data:`LISTS`."""
+    queue: Optional[str]
     state: str
     page: int                 # 1-based
     pages: int
@@ -130,7 +146,7 @@ class ClusterView(TypedDict):
 
 
 class ActionResult(TypedDict):
-    """The outcome of a delete, requeue or purge."""
+    """The outcome of a delete, requeue, purge or bulk retry or delete."""
     ok: bool
     message: str              # e.g. "deleted job 7f3c..." or "purged 120 jobs from emails"
     count: int                # jobs affected

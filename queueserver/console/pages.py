@@ -16,17 +16,19 @@ from .auth import CSRF_FIELD, TOKEN_FIELD
 from .charts import legend, rate_chart
 from .layout import (STATE_COLOURS, crumbs, empty, esc, fmt_age, fmt_int, fmt_rate, num_cell, page, state_badge,
                      table, url)
-from .model import (MAX_LISTED, MAX_PER_PAGE, STATES, ClusterView, JobDetail, JobPage, JobRow, Lease, QueueRow,
+from .model import (LISTS, MAX_LISTED, MAX_PER_PAGE, STATES, ClusterView, JobDetail, JobPage, JobRow, Lease, QueueRow,
                     RatePoint, SearchResult, WorkersView)
 
 #: The name each state goes by in the pages (finished jobs are those kept with results).
-STATE_LABELS = {"ready": "Ready", "scheduled": "Scheduled", "leased": "Leased", "finished": "Finished"}
+STATE_LABELS = {"ready": "Ready", "scheduled": "Scheduled", "leased": "Leased", "finished": "Finished",
+                "failed": "Failed"}
 #: What an empty list of a state says.
 EMPTY_STATE = {"ready": "No jobs ready", "scheduled": "No jobs scheduled", "leased": "No jobs leased",
-               "finished": "No finished jobs kept"}
+               "finished": "No finished jobs kept", "failed": "No failed jobs"}
 #: The flash line after an action, by kind (fixed texts: a link cannot make the page say anything else).
 NOTICES = {"deleted": "Deleted job {job}.", "requeued": "Requeued job {job}.",
-           "purged": "Purged {count} jobs from this queue."}
+           "purged": "Purged {count} jobs from this queue.", "retried-many": "Retried {count} jobs.",
+           "deleted-many": "Deleted {count} jobs."}
 
 
 # -------------------------------------------------------------- pieces
@@ -129,7 +131,12 @@ def overview(rows: Sequence[QueueRow], node: str) -> str:
 
 
 # ------------------------------------------------------------ a queue
-def _pager(queue: str, jobs: JobPage) -> str:
+def list_url(queue: Optional[str], *more: str, **query: object) -> str:
+    """A path of a queue's list (``queue`` None: the failed jobs of every queue, ``/failed``)."""
+    return url("queues", queue, *more, **query) if queue is not None else url("failed", *more, **query)
+
+
+def _pager(jobs: JobPage, shown: Dict[str, str]) -> str:
     cur, pages = jobs["page"], jobs["pages"]
     if jobs["total"] == 0:
         return ""
@@ -137,18 +144,20 @@ def _pager(queue: str, jobs: JobPage) -> str:
         return (f'<div class=pager>{fmt_int(jobs["total"])} {"job" if jobs["total"] == 1 else "jobs"}'
                 '<span class=sp></span></div>')
     per = jobs["per_page"] if jobs["per_page"] != 50 else None
+    state = jobs["state"] if jobs["queue"] is not None else None
 
     def link(n: int, text: str = "") -> str:
         if n == cur and not text:
             return f"<b>{n}</b>"
         if n < 1 or n > pages:
             return f'<span class=off>{esc(text)}</span>'
-        return f'<a href="{esc(url("queues", queue, state=jobs["state"], page=n, per_page=per))}">{esc(text or n)}</a>'
+        href = list_url(jobs["queue"], state=state, page=n, per_page=per, **shown)
+        return f'<a href="{esc(href)}">{esc(text or n)}</a>'
 
-    shown = sorted({1, pages, *range(max(1, cur - 2), min(pages, cur + 2) + 1)})
+    shown_pages = sorted({1, pages, *range(max(1, cur - 2), min(pages, cur + 2) + 1)})
     nums: List[str] = []
-    for i, n in enumerate(shown):
-        if i and n - shown[i - 1] > 1:
+    for i, n in enumerate(shown_pages):
+        if i and n - shown_pages[i - 1] > 1:
             nums.append("<span class=off>…</span>")
         nums.append(link(n))
     first = (cur - 1) * jobs["per_page"] + 1
@@ -157,25 +166,134 @@ def _pager(queue: str, jobs: JobPage) -> str:
             f'<span class=sp></span>{link(cur - 1, "‹ Prev")}{"".join(nums)}{link(cur + 1, "Next ›")}</div>')
 
 
-def job_rows(jobs: Sequence[JobRow]) -> str:
+def _error_cell(j: JobRow) -> str:
+    error = j.get("error")
+    if j.get("outcome") != "failed":
+        return '<td class="zero" data-v="">—</td>'
+    if error is None:
+        return '<td class="muted" data-v="">no attempts left</td>'
+    text = error.strip() or "(no message)"
+    return f'<td class="error" data-v="{esc(text)}" title="{esc(text)}">{esc(text)}</td>'
+
+
+def job_rows(jobs: Sequence[JobRow], finished: bool = False, select: bool = False, queues: bool = False) -> str:
+    """A list's rows: with ``finished``, each one's outcome and error; with
+    ``select``, a box to pick it for a bulk action; with ``queues``, its queue."""
     out = []
     for j in jobs:
         ttr = j["ttr_left_s"]
+        box = (f'<td class=sel><input type=checkbox name=id value="{esc(j["id"])}" form=bulk '
+               f'aria-label="select {esc(j["id"])}"></td>' if select else "")
+        queue = (f'<td class=name data-v="{esc(j["queue"])}"><a href="{esc(url("queues", j["queue"]))}">'
+                 f'{esc(j["queue"])}</a></td>' if queues else "")
+        outcome = ""
+        if finished:
+            done = j.get("outcome")
+            outcome = (f'<td data-v="{esc(done)}">{state_badge(done)}</td>' if done
+                       else '<td class=zero data-v="">—</td>') + _error_cell(j)
         out.append(
-            f'<tr><td class=id data-v="{esc(j["id"])}"><a href="{esc(url("jobs", j["id"]))}">{esc(j["id"])}</a></td>'
+            f'<tr data-job="{esc(j["id"])}">{box}<td class=id data-v="{esc(j["id"])}">'
+            f'<a href="{esc(url("jobs", j["id"]))}">{esc(j["id"])}</a></td>' + queue
             + (num_cell(j["number"], fmt_int(j["number"])) if j["number"] is not None
                else '<td class="n zero" data-v="-1">—</td>')
+            + outcome
             + num_cell(j["priority"]) + num_cell(j["attempts"], cls="hot" if j["attempts"] > 1 else "")
             + num_cell(j["age_s"], fmt_age(j["age_s"]))
-            + num_cell(-1 if ttr is None else ttr, fmt_age(ttr), cls="warm" if ttr is not None and ttr < 5 else "")
+            + ("" if finished else
+               num_cell(-1 if ttr is None else ttr, fmt_age(ttr), cls="warm" if ttr is not None and ttr < 5 else ""))
             + num_cell(-1 if j["ttl_left_s"] is None else j["ttl_left_s"], fmt_age(j["ttl_left_s"]))
             + "</tr>")
     return "".join(out)
 
 
+#: The fields of a list's filters, as a page's query names them.
+FILTER_FIELDS = ("outcome", "older", "newer", "priority", "text")
+
+
+def filter_form(jobs: JobPage, shown: Dict[str, str]) -> str:
+    """The list's filters (a GET form: the page works without the script)."""
+    queue, state = jobs["queue"], jobs["state"]
+    fields = ""
+    if state == "finished":
+        options = "".join(f'<option value="{v}"{" selected" if shown.get("outcome", "") == v else ""}>{label}</option>'
+                          for v, label in (("", "Any outcome"), ("failed", "Failed"), ("completed", "Completed")))
+        fields += f'<select name=outcome aria-label="outcome">{options}</select>'
+    if queue is None:
+        fields += (f'<input type=text name=queue value="{esc(shown.get("queue", ""))}" placeholder="Queue" '
+                   'aria-label="queue" maxlength=300>')
+    else:
+        fields += f'<input type=hidden name=state value="{esc(state)}">'
+    fields += (f'<input type=text name=older value="{esc(shown.get("older", ""))}" placeholder="Older than (10m)" '
+               'aria-label="older than" size=12 maxlength=20>'
+               f'<input type=text name=newer value="{esc(shown.get("newer", ""))}" placeholder="Newer than (1h)" '
+               'aria-label="newer than" size=12 maxlength=20>'
+               f'<input type=text name=priority value="{esc(shown.get("priority", ""))}" placeholder="Priority" '
+               'aria-label="priority" size=7 maxlength=20 inputmode=numeric>'
+               f'<input type=search name=text value="{esc(shown.get("text", ""))}" placeholder="Payload or error text" '
+               'aria-label="payload text" maxlength=200>')
+    clear = list_url(queue, state=state if queue is not None else None)
+    active = any(shown.get(k) for k in (*FILTER_FIELDS, "queue"))
+    return (f'<form class=filters method=get action="{esc(list_url(queue))}" role=search>{fields}'
+            '<button class=btn type=submit>Filter</button>'
+            + (f'<a class=btn href="{esc(clear)}">Clear</a>' if active else "") + "</form>")
+
+
+def bulk_form(jobs: JobPage, shown: Dict[str, str], csrf: str) -> str:
+    """Retry or delete the jobs picked on the page, or every job the list
+    (with its filters) holds: one POST, logged once with its count."""
+    queue, state, total = jobs["queue"], jobs["state"], jobs["total"]
+    hidden = {"state": state, **shown}
+    retry = state in ("failed", "finished", "leased")
+    everything = f"all {fmt_int(total)}" if total != 1 else "the 1"
+    which = "matching job" + ("" if total == 1 else "s") if any(shown.get(k) for k in shown) else \
+        ("job" if total == 1 else "jobs") + " in this list"
+    buttons = ""
+    if retry:
+        buttons += ('<button class=btn type=submit name=action value=retry>Retry selected</button>'
+                    f'<button class=btn type=submit name=action value=retry-all '
+                    f'data-confirm="Retry {esc(everything)} {esc(which)}?">Retry {esc(everything)}</button>')
+    buttons += ('<button class="btn danger" type=submit name=action value=delete '
+                'data-confirm="Delete the selected jobs?">Delete selected</button>'
+                f'<button class="btn danger" type=submit name=action value=delete-all '
+                f'data-confirm="Delete {esc(everything)} {esc(which)}? This cannot be undone.">'
+                f'Delete {esc(everything)}</button>')
+    fields = "".join(f'<input type=hidden name="{esc(k)}" value="{esc(v)}">' for k, v in hidden.items() if v)
+    note = ("Retry puts a failed or leased job back to ready as a new attempt (others are left as they are). "
+            if retry else "")
+    return (f'<form class="act bulk" id=bulk method=post action="{esc(list_url(queue, "bulk"))}">'
+            f'{_csrf_field(csrf)}{fields}{_token_field()}{buttons}'
+            f'<span class=note>{esc(note)}The “all” buttons act on every job of the list and its filters, '
+            'not only this page.</span></form>')
+
+
+def job_list(jobs: JobPage, shown: Dict[str, str], csrf: str, empty_text: str) -> str:
+    """A list of jobs with its filters, its pages and its bulk actions."""
+    state = jobs["state"]
+    finished = state in ("finished", "failed")
+    every = jobs["queue"] is None
+    head = [("Id", "text")] + ([("Queue", "text")] if every else []) + [("Number", "num")]
+    if finished:
+        head += [("Outcome", "text"), ("Error", "text")]
+    head += [("Priority", "num"), ("Attempts", "num"), ("Age", "num")]
+    head += [] if finished else [("TTR left", "num")]
+    head += [("TTL left", "num")]
+    if jobs["jobs"]:
+        listing = table(head, [job_rows(jobs["jobs"], finished, select=True, queues=every)], select=True)
+    else:
+        filtered = any(shown.get(k) for k in shown)
+        listing = empty(empty_text, " that match these filters." if filtered else
+                        (" on this page: go back a page." if jobs["total"] else "."))
+    bulk = bulk_form(jobs, shown, csrf) if jobs["total"] else ""
+    return (f'<div class=listbar>{filter_form(jobs, shown)}</div>{listing}{_pager(jobs, shown)}'
+            + (f'<div class=bulkbar>{bulk}</div>' if bulk else ""))
+
+
 def queue_page(jobs: JobPage, row: Optional[QueueRow], rates: Sequence[RatePoint], node: str, csrf: str,
-               history: bool = False, capped: bool = False, notice: str = "") -> str:
+               history: bool = False, capped: bool = False, notice: str = "",
+               shown: Optional[Dict[str, str]] = None, chart: str = "") -> str:
     name, state = jobs["queue"], jobs["state"]
+    assert name is not None   # a queue's own page
+    shown = shown or {}
     counts = {s: (row[s] if row else None) for s in STATES}   # type: ignore[literal-required]
     tiles = "".join(
         f'<a class="tile{" on" if s == state else ""}" style="--c:{STATE_COLOURS[s]}" '
@@ -188,16 +306,14 @@ def queue_page(jobs: JobPage, row: Optional[QueueRow], rates: Sequence[RatePoint
                   f'<div class=v>{fmt_rate(row["failed_per_s"])}</div></div>'
                   f'<div class=tile style="--c:#98a2b3"><div class=k>Oldest ready</div>'
                   f'<div class=v>{fmt_age(row["oldest_ready_age_s"])}</div></div>')
+    # the failed list's count is known only while it is shown (finding failed jobs reads them all)
+    counts_shown: Dict[str, Optional[int]] = {**counts, "failed": jobs["total"] if state == "failed" else None}
     state_tabs = "".join(
         f'<a class="{"on" if s == state else ""}" style="--c:{STATE_COLOURS[s]}" '
         f'href="{esc(url("queues", name, state=s))}">{STATE_LABELS[s]}'
-        f'<span class=count>{fmt_int(counts[s]) if counts[s] is not None else ""}</span></a>' for s in STATES)
-    if jobs["jobs"]:
-        listing = table([("Id", "text"), ("Number", "num"), ("Priority", "num"), ("Attempts", "num"),
-                         ("Age", "num"), ("TTR left", "num"), ("TTL left", "num")], [job_rows(jobs["jobs"])])
-    else:
-        listing = empty(EMPTY_STATE.get(state, "No jobs"), f" in {name}." if jobs["total"] == 0 else
-                        " on this page: go back a page.")
+        f'<span class=count>{fmt_int(counts_shown[s]) if counts_shown[s] is not None else ""}</span></a>'
+        for s in LISTS)
+    listing = job_list(jobs, shown, csrf, EMPTY_STATE.get(state, "No jobs") + f" in {name}")
     cap = (f'<div class="flash warn">At most {MAX_PER_PAGE} jobs a page: showing {jobs["per_page"]}.</div>'
            if capped else "")
     where = ""
@@ -205,21 +321,41 @@ def queue_page(jobs: JobPage, row: Optional[QueueRow], rates: Sequence[RatePoint
         where = (f'shard {esc(row["shard"])}{" on node " + esc(row["node"]) if row["node"] else ""}'
                  + "".join(f" <span class=chip>{esc(p)}</span>" for p in row["protocols"]))
     history_link = ' · <a href="/history/report">History report</a>' if history else ""
+    if not chart:
+        chart = (f'<div class="card chart"><h2>Rates per second, the last minutes</h2>{legend()}'
+                 f'<div id=chart data-src="{esc(url("api", "queues", name, "rates", format="svg"))}">'
+                 + rate_chart(rates) + "</div></div>")
     body = (
         crumbs(("Overview", "/"), (name, None))
         + f'<div class=head><h1>{esc(name)}</h1><div class=sub>{where}{history_link}</div></div>'
         + notice + cap
         + f'<div class=tiles>{tiles}</div>'
-        + f'<div class="card chart"><h2>Rates per second, the last minutes</h2>{legend()}'
-          f'<div id=chart data-src="{esc(url("api", "queues", name, "rates", format="svg"))}">'
-        + rate_chart(rates) + "</div></div>"
-        + f'<div class="card flush"><nav class=tabs>{state_tabs}</nav>{listing}{_pager(name, jobs)}</div>'
+        + chart
+        + f'<div class="card flush" id=jobs><nav class=tabs>{state_tabs}</nav>{listing}</div>'
         + '<div class="card danger-zone"><h2>Purge this queue</h2>'
         + f'<p class=muted>Deletes every job of <b>{esc(name)}</b> (ready, scheduled, leased and finished). '
           "You will be asked to confirm.</p>"
         + action_form(url("queues", name, "purge"), "Purge…", csrf, danger=True)
         + "</div>")
     return page(name, body, node)
+
+
+def failed_page(jobs: JobPage, node: str, csrf: str, shown: Dict[str, str], notice: str = "",
+                capped: bool = False) -> str:
+    """The failed (dead) jobs of every queue of this node, or of one (``shown["queue"]``)."""
+    queue = shown.get("queue") or None
+    cap = (f'<div class="flash warn">At most {MAX_PER_PAGE} jobs a page: showing {jobs["per_page"]}.</div>'
+           if capped else "")
+    body = (
+        crumbs(("Overview", "/"), ("Failed", None))
+        + '<div class=head><h1>Failed jobs</h1>'
+        + f'<div class=sub>Jobs that failed for good (kept with their error) on {"queue " + esc(queue) if queue else "every queue of this node"}: '
+          'retry them (back to ready as new attempts) or delete them, picked or all at once.</div></div>'
+        + notice + cap
+        + f'<div class=tiles><div class=tile style="--c:{STATE_COLOURS["failed"]}"><div class=k>Failed</div>'
+          f'<div class=v>{fmt_int(jobs["total"])}</div></div></div>'
+        + '<div class="card flush" id=jobs>' + job_list(jobs, shown, csrf, "No failed jobs") + "</div>")
+    return page("Failed jobs", body, node, active="failed")
 
 
 def purge_confirm(queue: str, row: Optional[QueueRow], node: str, csrf: str, mismatch: bool = False) -> str:
@@ -341,11 +477,13 @@ def lease_facts(lease: Lease, timed: bool = True) -> str:
     unknown = '<span class=muted>unknown</span>'
     facts = [("Holder", f'<span class=mono>{esc(lease["connection"])}</span>' if lease["connection"] else unknown),
              ("Protocol", f'<span class=chip>{esc(lease["protocol"])}</span>' if lease["protocol"] else unknown)]
-    if lease["client"]:
-        facts.append(("Connection", f'<span class=mono>{esc(lease["client"])}</span> '
-                                    f'<span class=muted>{esc(VIA.get(lease["via"], lease["via"]))}</span>'))
-        facts.append(("Client", _client_state(lease["connected_s"], lease["left_s"])))
-    facts.append(("Leased", f'{esc(fmt_age(lease["leased_s"]))} ago' if lease["leased_s"] is not None else unknown))
+    # (.get: a node of an older version may send a lease without them)
+    client, via, leased = lease.get("client"), lease.get("via", ""), lease.get("leased_s")
+    if client:
+        facts.append(("Connection", f'<span class=mono>{esc(client)}</span> '
+                                    f'<span class=muted>{esc(VIA.get(via, via))}</span>'))
+        facts.append(("Client", _client_state(lease.get("connected_s"), lease.get("left_s"))))
+    facts.append(("Leased", f'{esc(fmt_age(leased))} ago' if leased is not None else unknown))
     facts.append(("TTR left", fmt_age(lease["ttr_left_s"]) if timed else "no time limit"))
     return _kv(facts)
 

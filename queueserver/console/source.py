@@ -66,7 +66,7 @@ from ..engine.browse import MAX_OFFSET
 from ..metrics.control import ask
 from .uses import merge
 from .errors import BadRequest, ConsoleError, Forbidden, NotFound, Unavailable
-from .model import (MAX_LISTED, MAX_PER_PAGE, STATES, ActionResult, ClusterView, ConnectionRow, JobDetail,
+from .model import (LISTS, MAX_LISTED, MAX_PER_PAGE, STATES, ActionResult, Filters, ClusterView, ConnectionRow, JobDetail,
                     JobPage, JobRow, Lease, LeaseRow, LinkView, NodeInfo, ProcessCount, QueueRow, RatePoint,
                     SearchResult, ShardView, WorkersView)
 
@@ -130,9 +130,50 @@ def _seconds(us: Optional[int]) -> Optional[float]:
 
 
 def _row(raw: Dict[str, Any]) -> JobRow:
+    error: Optional[bytes] = raw.get("error")
     return {"id": raw["id"], "number": raw["number"] or None, "queue": raw["queue"], "state": raw["state"],
             "priority": raw["priority"], "attempts": raw["attempts"], "age_s": max(0.0, raw["age"] / 1e6),
-            "ttr_left_s": _seconds(raw["ttr_left"]), "ttl_left_s": _seconds(raw["ttl_left"])}
+            "ttr_left_s": _seconds(raw["ttr_left"]), "ttl_left_s": _seconds(raw["ttl_left"]),
+            "outcome": raw.get("outcome"),
+            "error": None if error is None else error.decode("utf-8", "replace")}
+
+
+def shard_filters(state: str, filters: Optional[Filters]) -> Tuple[str, Dict[str, Any]]:
+    """A list's state (one of :data:`~.model.LISTS`) and filters as a shard
+    takes them (:data:`queueserver.engine.browse.Filters`): ``failed`` is
+    the finished jobs whose outcome is failed; times in µs, text as bytes."""
+    filters = filters or {}
+    out: Dict[str, Any] = {}
+    if state == "failed":
+        state, out["outcome"] = "finished", "failed"
+    elif filters.get("outcome"):
+        out["outcome"] = filters["outcome"]
+    if filters.get("min_age_s") is not None:
+        out["min_age"] = int(filters["min_age_s"] * 1e6)
+    if filters.get("max_age_s") is not None:
+        out["max_age"] = int(filters["max_age_s"] * 1e6)
+    if filters.get("priority") is not None:
+        out["priority"] = int(filters["priority"])
+    if filters.get("text"):
+        out["text"] = filters["text"].encode("utf-8")
+    return state, out
+
+
+def describe_selection(queue: Optional[str], state: str, filters: Optional[Filters]) -> str:
+    """A bulk action's selection in words, for its log line."""
+    filters = filters or {}
+    parts = [f"queue {queue}" if queue else "every queue", state]
+    if filters.get("outcome"):
+        parts.append(f"outcome {filters['outcome']}")
+    if filters.get("min_age_s") is not None:
+        parts.append(f"older than {filters['min_age_s']:g} s")
+    if filters.get("max_age_s") is not None:
+        parts.append(f"newer than {filters['max_age_s']:g} s")
+    if filters.get("priority") is not None:
+        parts.append(f"priority {filters['priority']}")
+    if filters.get("text"):
+        parts.append(f"text {filters['text']!r}")
+    return ", ".join(parts)
 
 
 def _ago(now: int, then: Optional[int]) -> Optional[float]:
@@ -436,9 +477,12 @@ class ConsoleSource:
                 "processes": processes + shards}
 
     # --------------------------------------------------------------- jobs
-    def jobs(self, queue: str, state: str, page: int = 1, per_page: int = 50) -> JobPage:
-        if state not in STATES:
-            raise BadRequest(f"no job state {state!r}: one of {', '.join(STATES)}")
+    def jobs(self, queue: Optional[str], state: str, page: int = 1, per_page: int = 50,
+             filters: Optional[Filters] = None) -> JobPage:
+        """A page of ``queue``'s jobs in ``state`` (one of :data:`~.model.LISTS`)
+        that pass ``filters``; ``queue`` None: every queue's on this node."""
+        if state not in LISTS:
+            raise BadRequest(f"no job list {state!r}: one of {', '.join(LISTS)}")
         if not isinstance(page, int) or page < 1:
             raise BadRequest(f"page {page!r}: pages are numbered from 1")
         if not isinstance(per_page, int) or per_page < 1:
@@ -448,17 +492,51 @@ class ConsoleSource:
         if offset >= MAX_OFFSET:
             raise BadRequest(f"page {page} starts past job {MAX_OFFSET:,}, the deepest the console lists "
                              f"(a queue's later jobs are not browsable page by page)")
-        answers = self._ask_all(["console", "jobs", queue, state, offset, per_page])
-        for shard, answer in sorted(answers.items()):
-            if answer is not None and "error" not in answer:
-                total = int(answer["total"])
-                pages = max(1, -(-min(total, MAX_OFFSET) // per_page))
-                if page > pages:
-                    raise BadRequest(f"page {page} of {queue} ({state}): there are {pages}")
-                return {"queue": queue, "state": state, "page": page, "pages": pages, "per_page": per_page,
-                        "total": total, "jobs": [_row(raw) for raw in answer["jobs"]]}
-        self._raise_for(answers, f"queue {queue}")
-        raise NotFound(f"no queue {queue!r}" + (f" on node {self.node}" if self.node else ""))
+        asked, narrowed = shard_filters(state, filters)
+        if queue is None:
+            total, rows = self._every_queue(asked, narrowed, offset, per_page)
+        else:
+            answers = self._ask_all(["console", "jobs", queue, asked, offset, per_page, narrowed])
+            found = next((answer for _, answer in sorted(answers.items())
+                          if answer is not None and "error" not in answer), None)
+            if found is None:
+                self._raise_for(answers, f"queue {queue}")
+                raise NotFound(f"no queue {queue!r}" + (f" on node {self.node}" if self.node else ""))
+            total, rows = int(found["total"]), [_row(raw) for raw in found["jobs"]]
+        pages = max(1, -(-min(total, MAX_OFFSET) // per_page))
+        if page > pages:
+            raise BadRequest(f"page {page} of {queue or 'the list'} ({state}): there are {pages}")
+        return {"queue": queue, "state": state, "page": page, "pages": pages, "per_page": per_page,
+                "total": total, "jobs": rows}
+
+    def _every_queue(self, state: str, filters: Dict[str, Any], offset: int, limit: int
+                     ) -> Tuple[int, List[JobRow]]:
+        """Every shard's jobs of every queue in ``state`` that pass ``filters``:
+        how many, and those from ``offset`` (shard by shard, in each shard's
+        order). The first page takes one question per shard; a later one two
+        (how many each has, then the part of the page each holds)."""
+        first = offset == 0
+        answers = self._ask_all(["console", "jobs", None, state, 0, limit if first else 0, filters])
+        if all(answer is None or "error" in answer for answer in answers.values()):
+            self._raise_for(answers, "the list")
+            raise Unavailable("no shard answered")
+        counts = {shard: int(answer["total"]) for shard, answer in answers.items()
+                  if answer is not None and "error" not in answer}
+        total = sum(counts.values())
+        rows: List[JobRow] = []
+        if first:
+            for shard in sorted(counts):
+                rows += [_row(raw) for raw in (answers[shard] or {}).get("jobs", [])]
+            return total, rows[:limit]
+        start = 0
+        for shard in sorted(counts):   # the part of [offset, offset + limit) each shard holds
+            end = start + counts[shard]
+            lo, hi = max(offset, start), min(offset + limit, end)
+            if lo < hi:
+                answer = self._ask(shard, ["console", "jobs", None, state, lo - start, hi - lo, filters])
+                rows += [_row(raw) for raw in answer["jobs"]]
+            start = end
+        return total, rows[:limit]
 
     def _local_job(self, kind: str, key: Any) -> Optional[Tuple[int, Dict[str, Any]]]:
         """``(shard, its answer)`` for the shard of this node that holds the job; None if none does."""
@@ -675,6 +753,42 @@ class ConsoleSource:
     def requeue_job(self, ident: str, who: str) -> ActionResult:
         shard, id, _ = self._holder(ident)
         return self._action(shard, ["console", "requeue", id, who], ACTION_TIMEOUT)
+
+    def bulk(self, action: str, who: str, queue: Optional[str], state: str, ids: Optional[List[str]],
+             filters: Optional[Filters] = None) -> ActionResult:
+        """``retry`` (requeue) or ``delete`` the jobs ``ids`` names, or (``ids``
+        None) every job of ``queue`` (None: of every queue) in ``state`` that
+        passes ``filters``, on every shard of this node at once. Logged
+        here, once, at INFO with the count (the shards log only at DEBUG)."""
+        if action not in ("retry", "delete"):
+            raise BadRequest(f"no bulk action {action!r}: retry or delete")
+        if state not in LISTS:
+            raise BadRequest(f"no job list {state!r}: one of {', '.join(LISTS)}")
+        if ids is not None:
+            kinds = [parse_ident(ident) for ident in ids]
+            if any(kind != "id" for kind, _ in kinds):
+                raise BadRequest("a bulk action names jobs by their ids (UUIDs)")
+            ids = [key for _, key in kinds]
+        asked, narrowed = shard_filters(state, filters)
+        answers = self._ask_all(["console", "bulk", action, who, queue, asked, ids, narrowed], PURGE_TIMEOUT)
+        done = [answer for answer in answers.values() if answer is not None and "error" not in answer]
+        if not done:
+            self._raise_for(answers, "the bulk action")
+            raise Unavailable("no shard answered")
+        count = sum(int(answer["count"]) for answer in done)
+        skipped = sum(int(answer.get("skipped", 0)) for answer in done)
+        verb = "deleted" if action == "delete" else "retried"
+        what = f"{len(ids)} selected" if ids is not None else describe_selection(queue, state, filters)
+        silent = len(answers) - len(done)
+        log.info("console: %s %s %d jobs (bulk: %s)%s%s", who, verb, count, what,
+                 f"; {skipped} neither failed nor leased were left as they were" if skipped else "",
+                 f"; {silent} shard(s) did not answer" if silent else "")
+        message = f"{verb.capitalize()} {count} jobs"
+        if skipped:
+            message += f"; {skipped} neither failed nor leased were left as they were"
+        if silent:
+            message += f"; {silent} shard(s) did not answer, their jobs are untouched"
+        return {"ok": not silent, "message": message, "count": count}
 
     def purge_queue(self, queue: str, who: str) -> ActionResult:
         answers = self._ask_all(["console", "jobs", queue, "ready", 0, 1])
