@@ -5,7 +5,7 @@ hands over every request that is not ``/metrics`` or ``/status``.
 Routes (``<name>`` and ``<ident>`` are one percent-encoded path segment,
 so a queue name may hold a ``/``):
 
-* ``GET /``: the overview of every queue (live)
+* ``GET /[?range=]``: the overview of every queue (live), the node's charts over ``range``
 * ``GET /queues/<name>?state=&page=&per_page=&outcome=&older=&newer=&priority=&text=``: a
   queue's jobs by state (``failed``: its failed ones), filtered; its chart
 * ``GET /failed?queue=&...``: the failed (dead) jobs of every queue, with the same filters
@@ -16,7 +16,9 @@ so a queue name may hold a ``/``):
 * ``GET /history/report``: the last ``queueserver history`` report (sandboxed)
 * ``GET /static/console.js``: the pages' script
 * ``GET /api/queues[?format=html]``: the overview's rows as JSON (or its live HTML)
-* ``GET /api/queues/<name>/rates[?format=svg]``: a queue's rate samples (or its chart)
+* ``GET /api/queues/<name>/rates[?format=svg&range=]``: a queue's rate samples (or its chart)
+* ``GET /api/series?range=30m|1h|6h|24h|7d[&queue=][&format=html]``: the node's (or a
+  queue's) throughput and jobs held over time (or the charts a page refreshes)
 * ``GET /api/job?id=<ident>[&scope=node]``: a job as JSON (other nodes ask with ``scope=node``)
 * ``GET /api/workers[?format=html]``: the workers page's data as JSON (or its live HTML)
 * ``POST /jobs/<ident>/delete``: delete a job
@@ -53,6 +55,7 @@ from .auth import TOKEN_HEADER, Auth
 from .charts import rate_chart
 from .errors import BadRequest, ConsoleError, Forbidden, NotFound
 from .layout import url
+from .series import RANGES
 from .model import (LISTS, MAX_PER_PAGE, OUTCOMES, ActionResult, ClusterView, Filters, JobDetail, JobPage,
                     QueueRow, RatePoint, SearchResult, WorkersView)
 
@@ -102,7 +105,7 @@ class Source(Protocol):
              filters: Optional[Filters] = None) -> JobPage: ...
     def job(self, ident: str, cluster_wide: bool = True) -> JobDetail: ...
     def search(self, text: str) -> SearchResult: ...
-    def rates(self, queue: Optional[str] = None) -> List[RatePoint]: ...
+    def rates(self, queue: Optional[str] = None, seconds: float = 1800) -> List[RatePoint]: ...
     def cluster(self) -> ClusterView: ...
     def workers(self) -> WorkersView: ...
     def delete_job(self, ident: str, who: str) -> ActionResult: ...
@@ -279,6 +282,7 @@ class ConsoleApp:
             ("GET", ("api", "queues", "*", "rates"), self.api_rates),
             ("GET", ("api", "job"), self.api_job),
             ("GET", ("api", "workers"), self.api_workers),
+            ("GET", ("api", "series"), self.api_series),
             ("POST", ("jobs", "*", "delete"), self.delete),
             ("POST", ("jobs", "*", "requeue"), self.requeue),
             ("POST", ("queues", "*", "purge"), self.purge),
@@ -356,8 +360,17 @@ class ConsoleApp:
         return pages.flash(request.param("notice") or None, request.param("count"), request.param("job"))
 
     # ------------------------------------------------------------- pages
+    @staticmethod
+    def _span(request: Request) -> Tuple[str, int]:
+        """The chart range a page asks for (``?range=``): its name and seconds."""
+        span = request.param("range", pages.DEFAULT_SPAN) or pages.DEFAULT_SPAN
+        if span not in RANGES:
+            raise BadRequest(f"Unknown range “{span[:40]}”: one of {', '.join(RANGES)}.")
+        return span, RANGES[span]
+
     def overview(self, request: Request) -> Response:
-        return self.html(pages.overview(self.source.queues(), self.node))
+        span, seconds = self._span(request)
+        return self.html(pages.overview(self.source.queues(), self.node, self.source.rates(None, seconds), span))
 
     def _queue_row(self, name: str) -> Optional[QueueRow]:
         return next((row for row in self.source.queues() if row["name"] == name), None)
@@ -381,12 +394,13 @@ class ConsoleApp:
         state = self._list_state(request.query, "ready")
         filters, shown = list_filters(request.query)
         page, per_page, capped = self._paging(request)
+        span, seconds = self._span(request)
         jobs = self.source.jobs(name, state, page, per_page, filters)
         row = self._queue_row(name)
-        rates = self.source.rates(name)
+        rates = self.source.rates(name, seconds)
         history = self.source.history_report() is not None
         return self.html(pages.queue_page(jobs, row, rates, self.node, self.auth.csrf_token(), history,
-                                          capped=capped, notice=self._notice(request), shown=shown))
+                                          capped=capped, notice=self._notice(request), shown=shown, span=span))
 
     def failed(self, request: Request) -> Response:
         """The failed jobs of every queue (or of ``?queue=``), with the list's filters."""
@@ -453,10 +467,24 @@ class ConsoleApp:
         return self.json({"node": self.node, "queues": rows})
 
     def api_rates(self, request: Request, name: str) -> Response:
-        points = self.source.rates(_text(name, "queue name"))
+        span, seconds = self._span(request) if request.param("range") else ("30m", RANGES["30m"])
+        points = self.source.rates(_text(name, "queue name"), seconds)
         if request.param("format") == "svg":
             return self.html(rate_chart(points))
-        return self.json({"queue": name, "rates": points})
+        return self.json({"queue": name, "range": span, "rates": points})
+
+    def api_series(self, request: Request) -> Response:
+        """The node's (or ``?queue=``'s) rates and jobs held over ``?range=``
+        as JSON, or (``format=html``) the charts a page refreshes."""
+        span, seconds = self._span(request)
+        queue = request.param("queue") or None
+        if queue is not None:
+            queue = _text(queue, "queue name")
+        points = self.source.rates(queue, seconds)
+        if request.param("format") == "html":
+            return self.html(pages.charts(points, queue))
+        return self.json({"node": self.node, "queue": queue, "range": span, "seconds": seconds,
+                          "step": points[-1]["step"] if points else None, "points": points})
 
     def api_workers(self, request: Request) -> Response:
         view = self.source.workers()

@@ -145,12 +145,19 @@ font-weight:600;cursor:pointer;display:inline-block}
 .live.stale::before{background:#f79009;box-shadow:0 0 0 3px #fef0c7}
 .legend{display:flex;gap:16px;font-size:12.5px;color:#475467;margin:-4px 0 8px}
 .chart svg{width:100%;height:auto;display:block}
+.grid.charts{grid-template-columns:repeat(2,minmax(0,1fr))}
+.chart h3{font-size:13px;margin:0 0 6px;color:#475467;font-weight:600}
+.chart-head{display:flex;align-items:center;gap:14px;flex-wrap:wrap;margin-bottom:10px}
+.chart-head h2{margin:0}
+nav.ranges{margin-left:auto;display:flex;gap:4px}
+nav.ranges a,nav.ranges b{padding:3px 10px;border-radius:7px;border:1px solid var(--line);font-size:12.5px}
+nav.ranges b{background:var(--accent);color:#fff;border-color:var(--accent)}
 .danger-zone{border-color:#fecdca}
 .danger-zone h2{color:#b42318}
 .muted{color:var(--muted)}
 footer{max-width:1680px;margin:0 auto;padding:0 24px 30px;color:#98a2b3;font-size:12px}
 @media (max-width:1400px){th,td{padding:8px 6px}.bar{min-width:60px}.bar-cell{width:80px}}
-@media (max-width:900px){.g2,.g3{grid-template-columns:1fr}form.search input{width:180px}}
+@media (max-width:900px){.g2,.g3,.grid.charts{grid-template-columns:1fr}form.search input{width:180px}}
 """
 
 

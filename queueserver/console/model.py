@@ -105,11 +105,19 @@ class SearchResult(TypedDict):
 
 
 class RatePoint(TypedDict):
-    """A queue's (or the node's) rates over one sample interval."""
+    """A queue's (or the node's) rates over one interval, and the jobs it
+    held at its end; None where a queue's values are not known (more queues
+    were active than a point of the series keeps)."""
     t: float                  # unix time, end of the interval
-    added: float              # per second
-    completed: float
-    failed: float
+    step: int                 # seconds per point of its resolution
+    added: Optional[float]    # per second
+    completed: Optional[float]
+    failed: Optional[float]
+    depth: Optional[float]    # jobs held
+    ready: Optional[float]    # the node's jobs by state (None for a queue)
+    scheduled: Optional[float]
+    leased: Optional[float]
+    finished: Optional[float]
 
 
 class ShardView(TypedDict):

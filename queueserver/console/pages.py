@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import time
 from datetime import datetime, timezone
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .auth import CSRF_FIELD, TOKEN_FIELD
-from .charts import legend, rate_chart
+from .charts import DEPTH, STATES as STATE_SERIES, depth_chart, legend, rate_chart
 from .layout import (STATE_COLOURS, crumbs, empty, esc, fmt_age, fmt_int, fmt_rate, num_cell, page, state_badge,
                      table, url)
+from .series import RANGES
 from .model import (LISTS, MAX_LISTED, MAX_PER_PAGE, STATES, ClusterView, JobDetail, JobPage, JobRow, Lease, QueueRow,
                     RatePoint, SearchResult, WorkersView)
 
@@ -29,6 +30,8 @@ EMPTY_STATE = {"ready": "No jobs ready", "scheduled": "No jobs scheduled", "leas
 NOTICES = {"deleted": "Deleted job {job}.", "requeued": "Requeued job {job}.",
            "purged": "Purged {count} jobs from this queue.", "retried-many": "Retried {count} jobs.",
            "deleted-many": "Deleted {count} jobs."}
+#: The range a chart shows unless the page asks for another (a name of series.RANGES).
+DEFAULT_SPAN = "1h"
 
 
 # -------------------------------------------------------------- pieces
@@ -122,12 +125,42 @@ def overview_live(rows: Sequence[QueueRow]) -> str:
             f'<div class="card flush"><h2>Queues <span class=muted>({len(rows)})</span></h2>{body}</div>')
 
 
-def overview(rows: Sequence[QueueRow], node: str) -> str:
+def overview(rows: Sequence[QueueRow], node: str, points: Sequence[RatePoint] = (),
+             span: str = DEFAULT_SPAN) -> str:
     body = ('<div class=head><h1>Overview</h1><span class=live id=live-state>live</span>'
             f'<div class=sub>Every queue on {"the cluster" if any(r["node"] for r in rows) else "this node"}, '
             'its jobs by state and its rates; refreshes every 2 s. Click a column to sort.</div></div>'
-            f'<section id=live data-src="/api/queues?format=html">{overview_live(rows)}</section>')
+            f'<section id=live data-src="/api/queues?format=html">{overview_live(rows)}</section>'
+            + charts_card(points, span, None, lambda r: url(range=r)))
     return page("Overview", body, node, active="overview")
+
+
+# ------------------------------------------------------------- charts
+def _resolution(points: Sequence[RatePoint]) -> str:
+    step = points[-1]["step"] if points and points[-1].get("step") else 5
+    return f"a point every {fmt_age(step)}"
+
+
+def charts(points: Sequence[RatePoint], queue: Optional[str] = None) -> str:
+    """Throughput and jobs held side by side (what a chart card refreshes)."""
+    return ('<div class="grid g2 charts">'
+            f'<div><h3>Per second</h3>{legend()}{rate_chart(points)}</div>'
+            f'<div><h3>Jobs held</h3>{legend(DEPTH if queue else STATE_SERIES, "")}'
+            f'{depth_chart(points, by_state=queue is None)}</div></div>'
+            f'<p class="note">{esc(_resolution(points))}</p>')
+
+
+def charts_card(points: Sequence[RatePoint], span: str, queue: Optional[str],
+                link: Callable[[str], str]) -> str:
+    """The charts of the node (or ``queue``) over ``span`` (a name of
+    series.RANGES), with links to the other ranges; refreshed live."""
+    ranges = "".join(f'<b>{esc(name)}</b>' if name == span else f'<a href="{esc(link(name))}">{esc(name)}</a>'
+                     for name in RANGES)
+    src = url("api", "series", queue=queue, range=span, format="html")
+    title = "Throughput and jobs held" + ("" if queue else " on this node")
+    return (f'<div class="card chart" id=charts><div class=chart-head><h2>{title}</h2>'
+            f'<nav class=ranges aria-label="time range">{ranges}</nav></div>'
+            f'<div id=chart data-src="{esc(src)}">{charts(points, queue)}</div></div>')
 
 
 # ------------------------------------------------------------ a queue
@@ -290,7 +323,7 @@ def job_list(jobs: JobPage, shown: Dict[str, str], csrf: str, empty_text: str) -
 
 def queue_page(jobs: JobPage, row: Optional[QueueRow], rates: Sequence[RatePoint], node: str, csrf: str,
                history: bool = False, capped: bool = False, notice: str = "",
-               shown: Optional[Dict[str, str]] = None, chart: str = "") -> str:
+               shown: Optional[Dict[str, str]] = None, span: str = DEFAULT_SPAN) -> str:
     name, state = jobs["queue"], jobs["state"]
     assert name is not None   # a queue's own page
     shown = shown or {}
@@ -321,10 +354,7 @@ def queue_page(jobs: JobPage, row: Optional[QueueRow], rates: Sequence[RatePoint
         where = (f'shard {esc(row["shard"])}{" on node " + esc(row["node"]) if row["node"] else ""}'
                  + "".join(f" <span class=chip>{esc(p)}</span>" for p in row["protocols"]))
     history_link = ' · <a href="/history/report">History report</a>' if history else ""
-    if not chart:
-        chart = (f'<div class="card chart"><h2>Rates per second, the last minutes</h2>{legend()}'
-                 f'<div id=chart data-src="{esc(url("api", "queues", name, "rates", format="svg"))}">'
-                 + rate_chart(rates) + "</div></div>")
+    chart = charts_card(rates, span, name, lambda r: url("queues", name, state=state, range=r, **shown))
     body = (
         crumbs(("Overview", "/"), (name, None))
         + f'<div class=head><h1>{esc(name)}</h1><div class=sub>{where}{history_link}</div></div>'

@@ -34,10 +34,11 @@ are a :class:`~.errors.BadRequest`. ``JobPage.total`` is the true count,
 ``JobPage.pages`` only the pages that may be asked for (so ``total >
 pages * per_page`` says the list goes on past what can be browsed).
 
-Rates: :meth:`~ConsoleSource.start` runs a daemon thread that asks the
-shards' counters every :data:`SAMPLE_SECONDS` seconds and keeps
-:data:`KEEP_SAMPLES` intervals (30 minutes) of per-second rates, for the
-node and for each queue that changed.
+Rates and depth: :meth:`~ConsoleSource.start` runs a daemon thread that asks
+the shards' counters and jobs held every :data:`SAMPLE_SECONDS` seconds and
+keeps them in a :class:`~.series.Series` (the last hour every 5 s, the last
+day every minute, the last week every 10 minutes), for the node and for the
+most active queues.
 
 Idents: a job's id is a UUID (any case; the engine keeps them lower case),
 its number (goqueue, takeanumber) a decimal number; anything else is a
@@ -54,21 +55,21 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import msgpack
 
 from ..config import DEFAULT_METRICS_PORT, Config
 from ..engine.browse import MAX_OFFSET
 from ..metrics.control import ask
+from .series import Series
 from .uses import merge
 from .errors import BadRequest, ConsoleError, Forbidden, NotFound, Unavailable
-from .model import (LISTS, MAX_LISTED, MAX_PER_PAGE, STATES, ActionResult, Filters, ClusterView, ConnectionRow, JobDetail,
-                    JobPage, JobRow, Lease, LeaseRow, LinkView, NodeInfo, ProcessCount, QueueRow, RatePoint,
-                    SearchResult, ShardView, WorkersView)
+from .model import (LISTS, MAX_LISTED, MAX_PER_PAGE, ActionResult, ClusterView, ConnectionRow, Filters,
+                    JobDetail, JobPage, JobRow, Lease, LeaseRow, LinkView, NodeInfo, ProcessCount, QueueRow,
+                    RatePoint, SearchResult, ShardView, WorkersView)
 
 log = logging.getLogger("queueserver.console")
 
@@ -80,9 +81,10 @@ ACTION_TIMEOUT = 30.0
 PURGE_TIMEOUT = 600.0
 #: Seconds another node's console is given to answer.
 NODE_TIMEOUT = 2.0
-#: Seconds between samples of the counters, and samples kept (30 minutes).
+#: Seconds between samples of the counters (the finest resolution of :mod:`.series`).
 SAMPLE_SECONDS = 5.0
-KEEP_SAMPLES = 360
+#: Seconds a chart shows unless asked for another range.
+DEFAULT_RANGE = 1800
 #: Queues a search lists.
 MAX_SEARCH_QUEUES = 50
 #: Bytes of a shard's history files read (newest first) for one job's lines.
@@ -265,9 +267,9 @@ class ConsoleSource:
         self.node = config.node or ""
         self.shard_paths: Dict[int, str] = {i: runtime_file(f"shard-{i}.ctl") for i in range(config.shards)}
         self.router_paths: Dict[int, str] = {i: runtime_file(f"router-{i}.ctl") for i in range(config.routers)}
-        #: rate samples, oldest first: (unix time, node rates, queue -> rates of the queues that moved)
-        self._samples: Deque[Tuple[float, Tuple[float, float, float], Dict[str, Tuple[float, float, float]]]] \
-            = deque(maxlen=KEEP_SAMPLES)
+        #: the node's rates and depth over time (the charts), and every queue's rates at the last sample
+        self._series = Series()
+        self._queue_rates: Dict[str, Tuple[float, float, float]] = {}
         #: shard -> (its clock µs, name -> [added, completed, failed], totals) at the last sample
         self._last: Dict[int, Tuple[int, Dict[str, List[int]], List[int]]] = {}
         self._lock = threading.Lock()
@@ -300,16 +302,17 @@ class ConsoleSource:
             except Exception:   # a bug must not end the rates for good
                 log.exception("console: sampling the counters failed")
             with self._lock:
-                started = bool(self._samples)
+                started = self._series.latest() is not None
             # until the first rates: every second (a console opened at start-up shows rates at once)
             self._stop.wait(SAMPLE_SECONDS if started else 1.0)
 
     def sample(self) -> None:
-        """Ask every shard's counters once and keep the rates since the last time."""
+        """Ask every shard's counters once and keep the rates since the last
+        time, and the jobs held now, in the series the charts draw."""
         answers = self._ask_all(["console", "counters"], READ_TIMEOUT)
-        node = [0.0, 0.0, 0.0]
+        node = [0.0] * 7   # rates, then jobs by state (series.NODE_KEYS)
         queues: Dict[str, List[float]] = {}
-        moved = False
+        intervals: List[float] = []
         with self._lock:
             for shard, answer in answers.items():
                 if answer is None or "error" in answer:
@@ -317,10 +320,14 @@ class ConsoleSource:
                 now, rows, totals = int(answer["now"]), answer["rows"], list(answer["totals"])
                 last = self._last.get(shard)
                 self._last[shard] = (now, rows, totals)
+                for i, count in enumerate(answer.get("states", ())):
+                    node[3 + i] += count
+                for name, depth in answer.get("depth", {}).items():
+                    queues.setdefault(name, [0.0, 0.0, 0.0, 0.0])[3] += depth
                 if last is None or now <= last[0]:
                     continue
-                moved = True
                 seconds = (now - last[0]) / 1e6
+                intervals.append(seconds)
                 for i in range(3):
                     node[i] += max(0, totals[i] - last[2][i]) / seconds
                 before = last[1]
@@ -329,12 +336,13 @@ class ConsoleSource:
                     if old == counts:
                         continue
                     old = old or [0, 0, 0]
-                    rates = queues.setdefault(name, [0.0, 0.0, 0.0])
+                    values = queues.setdefault(name, [0.0, 0.0, 0.0, 0.0])
                     for i in range(3):
-                        rates[i] += max(0, counts[i] - old[i]) / seconds
-            if moved:
-                self._samples.append((time.time(), (node[0], node[1], node[2]),
-                                      {name: (r[0], r[1], r[2]) for name, r in queues.items() if any(r)}))
+                        values[i] += max(0, counts[i] - old[i]) / seconds
+            if intervals:   # a shard answered twice: rates since its last answer
+                active = {name: (v[0], v[1], v[2], v[3]) for name, v in queues.items() if any(v)}
+                self._series.add(time.time(), sum(intervals) / len(intervals), node, active)
+                self._queue_rates = {name: v[:3] for name, v in active.items() if any(v[:3])}
 
     # -------------------------------------------------------------- asking
     def _ask(self, shard: int, request: Sequence[Any], timeout: float = READ_TIMEOUT) -> Dict[str, Any]:
@@ -373,7 +381,7 @@ class ConsoleSource:
     # ----------------------------------------------------------- overview
     def _latest_rates(self) -> Dict[str, Tuple[float, float, float]]:
         with self._lock:
-            return dict(self._samples[-1][2]) if self._samples else {}
+            return self._queue_rates
 
     @staticmethod
     def _ask_router(path: str, request: Sequence[Any]) -> Optional[Dict[str, Any]]:
@@ -415,13 +423,24 @@ class ConsoleSource:
         rows.sort(key=lambda row: row["name"])
         return rows
 
-    def rates(self, queue: Optional[str] = None) -> List[RatePoint]:
+    def rates(self, queue: Optional[str] = None, seconds: float = DEFAULT_RANGE) -> List[RatePoint]:
+        """The node's (or ``queue``'s) rates and jobs held over the last
+        ``seconds``, oldest first, at the finest resolution that reaches
+        that far back (see :mod:`.series`)."""
         with self._lock:
-            samples = list(self._samples)
+            step, window = self._series.window(seconds)
         points: List[RatePoint] = []
-        for t, node, queues in samples:
-            added, completed, failed = node if queue is None else queues.get(queue, (0.0, 0.0, 0.0))
-            points.append({"t": t, "added": added, "completed": completed, "failed": failed})
+        for p in window:
+            if queue is None:
+                added, completed, failed, ready, scheduled, leased, finished = p.node
+                points.append({"t": p.t, "step": step, "added": added, "completed": completed, "failed": failed,
+                               "depth": ready + scheduled + leased + finished, "ready": ready,
+                               "scheduled": scheduled, "leased": leased, "finished": finished})
+                continue
+            values = p.queue(queue)
+            known: Tuple[Optional[float], ...] = values if values is not None else (None,) * 4
+            points.append({"t": p.t, "step": step, "added": known[0], "completed": known[1], "failed": known[2],
+                           "depth": known[3], "ready": None, "scheduled": None, "leased": None, "finished": None})
         return points
 
     # ------------------------------------------------------------- workers

@@ -20,7 +20,8 @@ The requests (msgpack arrays; every answer is a map, ``{"error": message,
 
     ["console", "queues"]                     every queue: depth by state, oldest ready,
                                               counters, protocols that used it
-    ["console", "counters"]                   name -> [added, completed, failed] (rates)
+    ["console", "counters"]                   name -> [added, completed, failed] (rates), each
+                                              queue's jobs held, the shard's jobs by state
     ["console", "jobs", queue, state, offset, limit, filters?]
                                               (queue None: every queue's; filters: see
                                               queueserver.engine.browse.Filters)
@@ -159,11 +160,27 @@ class ShardConsole:
         return {"shard": self.shard.index, "now": now_us(), "queues": out, "truncated": truncated}
 
     def counters(self) -> Answer:
-        stats = self.shard.stats
+        """What the console samples every few seconds: each queue's counters
+        (added, completed, failed), the shard's totals, each queue's jobs
+        held (``depth``, queues holding none left out) and the shard's jobs
+        by state (``states``: ready, scheduled, leased, finished; without
+        the statistics, leased jobs count as finished: telling them apart
+        would read every job)."""
+        shard, stats = self.shard, self.shard.stats
         totals = stats.totals()
-        return {"shard": self.shard.index, "now": now_us(),
+        depth: Dict[str, int] = {}
+        ready = scheduled = 0
+        for name, queue in shard.engine.queues.items():
+            if queue.jobs:
+                depth[name] = queue.jobs
+                ready += len(queue.ready)
+                scheduled += len(queue.scheduled)
+        leased = len(stats.leased) if stats.engine is shard.engine else 0
+        rest = len(shard.engine.jobs) - ready - scheduled - leased
+        return {"shard": shard.index, "now": now_us(),
                 "rows": {name: [row[ADDED], row[COMPLETED], row[FAILED]] for name, row in stats.rows.items()},
-                "totals": [totals[ADDED], totals[COMPLETED], totals[FAILED]]}
+                "totals": [totals[ADDED], totals[COMPLETED], totals[FAILED]],
+                "depth": depth, "states": [ready, scheduled, leased, max(0, rest)]}
 
     def jobs(self, name: Optional[str], state: str, offset: int, limit: int,
              filters: Optional[browse.Filters] = None) -> Answer:
