@@ -178,7 +178,10 @@ class Shard:
                 if token is not None:
                     self._lessees[token] = client   # parked: its answer names the job
             elif reply[0] == OK:
-                self._held(reply[1][0], client)
+                holders = self.holders
+                holders[reply[1][0]] = client   # (inline: one dict entry is all a lease costs)
+                if len(holders) >= self._sweep_holders_at:
+                    self._sweep_holders()
         if fx.placed and op in _NUMBERED and token is not None:
             reply = self._claim(fx.placed[0], token, reply)
         if fx.history is not None and self.history is not None:   # (the engine's is on only then)
@@ -190,20 +193,26 @@ class Shard:
         return reply
 
     def _held(self, id: str, client: ClientRecord) -> None:
-        """Job ``id`` was leased to ``client``. Entries are not removed when
-        a lease ends (no cost on that path): once they are twice as many as
-        were left last time, those whose job is no longer leased are swept."""
+        """Job ``id`` was leased to ``client`` (a parked lease answered; an
+        immediate one does this inline in :meth:`execute`)."""
         holders = self.holders
         holders[id] = client
         if len(holders) >= self._sweep_holders_at:
-            jobs = self.engine.jobs
-            kept: Dict[str, ClientRecord] = {}
-            for held, record in holders.items():
-                job = jobs.get(held)
-                if job is not None and job.state == JOB_LEASED:
-                    kept[held] = record
-            self.holders = kept
-            self._sweep_holders_at = max(HOLDERS_SWEEP, 2 * len(kept))
+            self._sweep_holders()
+
+    def _sweep_holders(self) -> None:
+        """Entries of ``holders`` are not removed when a lease ends (no cost
+        on that path): once they are twice as many as were left last time,
+        those whose job is no longer leased are swept (amortized: a lookup
+        per lease)."""
+        jobs = self.engine.jobs
+        kept: Dict[str, ClientRecord] = {}
+        for held, record in self.holders.items():
+            job = jobs.get(held)
+            if job is not None and job.state == JOB_LEASED:
+                kept[held] = record
+        self.holders = kept
+        self._sweep_holders_at = max(HOLDERS_SWEEP, 2 * len(kept))
 
     def holder(self, id: str) -> Optional[ClientRecord]:
         """Who holds leased job ``id`` (None: not leased, or not known)."""
