@@ -1,6 +1,6 @@
 """The console's data and actions: what the pages show, gathered from this
 node's shards (and, for a job, from the cluster's other nodes), and the
-three actions.
+actions (delete, requeue, purge, and retry or delete many jobs at once).
 
 :class:`ConsoleSource` runs in the supervisor (no event loop; any thread:
 the HTTP server's request threads call it at once). It asks each shard of

@@ -37,10 +37,15 @@ The requests (msgpack arrays; every answer is a map, ``{"error": message,
                                               match: {"ok", "count", "skipped"}
     ["console", "shard"]                      jobs, queues, slots, moves, links, followers
 
-The three actions change state as client requests do, through the engine
-and the shard's log (a durable shard answers once the change is on disk),
-named in the job history as protocol ``console`` and connection ``who``,
-and logged at INFO: ``console: <who> deleted job <id> from <queue>``.
+The actions change state as client requests do, through the engine and
+the shard's log (a durable shard answers once the change is on disk),
+named in the job history as protocol ``console`` and connection ``who``.
+A single one is logged here at INFO: ``console: <who> deleted job <id>
+from <queue>``; a bulk one only at DEBUG (the supervisor logs it once, with
+its count over every shard).
+
+Who holds each lease is the shard's own record of it (``Shard.holders``
+and :mod:`.clients`), kept with or without the job history.
 """
 from __future__ import annotations
 
