@@ -1,4 +1,4 @@
-"""Failed (dead) jobs on the console, on a real server (two shards, workq):
+"""Failed (dead) jobs on the console, on a real durable server (two shards, workq):
 the finished list tells completed from failed jobs (outcome and error
 columns), ``?state=failed`` lists a queue's failed jobs and ``/failed``
 every queue's, both filtered by outcome, age, priority and payload text,
@@ -99,7 +99,9 @@ def node(tmp_path_factory) -> Iterator[Node]:
     home = tmp_path_factory.mktemp("console-failed")
     (home / "tokens").write_text(f"ops {TOKEN}\n")
     (home / "qs.toml").write_text(f'[console]\ntoken_file = "{home / "tokens"}"\n')
-    with ServerProcess(shards=2, protocols=["workq"], extra=["--config", str(home / "qs.toml")]) as proc:
+    # durable, with its job history: a bulk action's batches wait for the log, and the history names the console
+    with ServerProcess(shards=2, protocols=["workq"],
+                       extra=["--config", str(home / "qs.toml"), "--data-dir", str(home / "data")]) as proc:
         yield Node(proc)
 
 
@@ -188,6 +190,11 @@ def test_bulk_retry_and_delete_with_the_token_each_logged_once(node):
     assert status == 200 and headers["content-type"] == "application/json", body[:300]
     assert json.loads(body)["count"] == 2
     assert [node.state(id) for id in ids[:3]] == ["ready", "ready", "finished"]
+
+    def history(id: str) -> List[str]:
+        return json.loads(node.get(f"/api/job?id={id}")[2])["history"]
+    wait_for(lambda: any("retried" in line and "console (ops)" in line for line in history(ids[0])), 10,
+             lambda: f"the retry in the job's history: {history(ids[0])}")
     # delete picked jobs: one failed, one completed, one unknown id (on no shard)
     status, _, body = node.bulk(path, [("action", "delete"), ("state", "finished"), ("id", ids[2]),
                                        ("id", ids[3]), ("id", str(uuid.uuid4()))])

@@ -668,7 +668,7 @@ def workers_live(view: WorkersView) -> str:
         conns = empty("No client connected", " — a worker that connects over any protocol shows here.")
     if view["leases"]:
         leases = table([("Job", "text"), ("Queue", "text"), ("Shard", "num"), ("Holder", "text"),
-                        ("Protocol", "text"), ("Connection", "text"), ("Leased", "num"), ("TTR left", "num"),
+                        ("Protocol", "text"), ("Connection", "text"), ("Leased for", "num"), ("TTR left", "num"),
                         ("Attempt", "num")],
                        [f'<tr data-job="{esc(lease["job"]["id"])}">'
                         f'<td class=id><a href="{esc(url("jobs", lease["job"]["id"]))}">{esc(lease["job"]["id"])}</a></td>'
