@@ -470,3 +470,17 @@ def test_a_cluster_of_two_nodes(tmp_path, page):
         queue_link = page.locator("#details a").first.get_attribute("href")
         assert queue_link.startswith(f"http://{nodes.host['b']}:{metrics['b']}/queues/")
         screenshot(page, "console-job-on-another-node")
+
+        # a lease taken through node a's router of a queue on node b: b's shard is told who over the TCP link
+        from wire import Wire
+        worker = Wire(socket.create_connection(nodes.address("a"), timeout=10))
+        try:
+            reply = worker.call(f"lease {placed[id]} 1000\r\n".encode())
+            assert reply.startswith(f"+OK 1\r\n{id}".encode()), reply
+            lease = json.loads(urllib.request.urlopen(
+                f"http://{nodes.host['b']}:{metrics['b']}/api/job?id={id}", timeout=10).read())["lease"]
+            host, port = worker.sock.getsockname()[:2]
+            assert lease["connection"] == f"{host}:{port}" and lease["protocol"] == "workq", lease
+            assert lease["client"].startswith("a/0-") and lease["via"] == "router", lease
+        finally:
+            worker.close()
