@@ -379,8 +379,9 @@ def failed_page(jobs: JobPage, node: str, csrf: str, shown: Dict[str, str], noti
     body = (
         crumbs(("Overview", "/"), ("Failed", None))
         + '<div class=head><h1>Failed jobs</h1>'
-        + f'<div class=sub>Jobs that failed for good (kept with their error) on {"queue " + esc(queue) if queue else "every queue of this node"}: '
-          'retry them (back to ready as new attempts) or delete them, picked or all at once.</div></div>'
+        + '<div class=sub>Jobs that failed for good (kept with their error) on '
+        + (f"queue {esc(queue)}" if queue else "every queue of this node")
+        + ': retry them (back to ready as new attempts) or delete them, picked or all at once.</div></div>'
         + notice + cap
         + f'<div class=tiles><div class=tile style="--c:{STATE_COLOURS["failed"]}"><div class=k>Failed</div>'
           f'<div class=v>{fmt_int(jobs["total"])}</div></div></div>'
@@ -670,8 +671,8 @@ def workers_live(view: WorkersView) -> str:
         leases = table([("Job", "text"), ("Queue", "text"), ("Shard", "num"), ("Holder", "text"),
                         ("Protocol", "text"), ("Connection", "text"), ("Leased for", "num"), ("TTR left", "num"),
                         ("Attempt", "num")],
-                       [f'<tr data-job="{esc(lease["job"]["id"])}">'
-                        f'<td class=id><a href="{esc(url("jobs", lease["job"]["id"]))}">{esc(lease["job"]["id"])}</a></td>'
+                       [f'<tr data-job="{esc(lease["job"]["id"])}"><td class=id>'
+                        f'<a href="{esc(url("jobs", lease["job"]["id"]))}">{esc(lease["job"]["id"])}</a></td>'
                         f'<td class=name><a href="{esc(url("queues", lease["job"]["queue"]))}">'
                         f'{esc(lease["job"]["queue"])}</a></td>' + num_cell(lease["shard"], str(lease["shard"]))
                         + _holder_cells(lease["holder"])
