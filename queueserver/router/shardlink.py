@@ -52,9 +52,10 @@ LINK_PRIORITY: Final = 2          # libev's highest: before client sockets' watc
 #: the note a shard sends its links as it stops cleanly (its drop is then no news)
 STOPPING: Final = "stopping"
 
-#: the client behind a request, ``(protocol, connection)``, for the shards' job
-#: history (a list once it crossed a link); None when there is none to name
-Context = Optional[Sequence[str]]
+#: the client behind a request: its router's description of the connection
+#: (:data:`queueserver.shard.clients.Description`, whose first item is its id);
+#: None when there is none to name
+Context = Optional[List[Any]]
 #: what a TCP link presents: the cluster's shared secret and its TLS client context, if any
 Auth = Tuple[bytes, Optional[ssl.SSLContext]]
 #: a request's slot, or its queues' slots (in a cluster), sent along with it
@@ -91,8 +92,9 @@ class ShardLink:
         (never connects). ``handoffs``: ``(on_move(link, fd, move),
         on_gone(link, gone))`` to serve the shard's handoff socket (the direct
         path), or None. ``context``: a one-item list the router fills with
-        the client behind the request being routed, sent along (for the
-        shard's job history). ``auth``: ``(secret, TLS client context or
+        the client behind the request being routed: the shard is sent its
+        description once (``[0, "client", description]``), then its id
+        along with each request (who holds a lease; the job history). ``auth``: ``(secret, TLS client context or
         None)`` for a TCP link."""
         self.index = index
         #: where the shard may be, tried in turn while it cannot be reached (a
@@ -101,6 +103,8 @@ class ShardLink:
         self.path: Address = self.paths[0]
         self._auth = auth
         self.context: List[Context] = context if context is not None else [None]
+        #: the connections (ids at the router) the shard was told of on this link's channel
+        self.introduced: Set[int] = set()
         self.pending: Dict[int, Callback] = {}
         self.channel: Optional[FrameChannel] = None
         self.handoff: Optional[HandoffChannel] = None
@@ -157,10 +161,16 @@ class ShardLink:
         self._next_id = req_id + 1
         self.pending[req_id] = callback
         context = self.context[0]
+        client: Any = None
+        if context is not None:
+            client = context[0]
+            if client not in self.introduced:
+                self.introduced.add(client)
+                channel.send([0, "client", context])
         if slot is not None:
-            channel.send([req_id, op, args, context, slot])
+            channel.send([req_id, op, args, client, slot])
         else:
-            channel.send([req_id, op, args] if context is None else [req_id, op, args, context])
+            channel.send([req_id, op, args] if client is None else [req_id, op, args, client])
         return req_id
 
     def notify(self, kind: str, body: Any) -> None:
@@ -273,6 +283,7 @@ class ShardLink:
             self.channel = channel
             self.failed = False
             self._was_up = True
+            self.introduced = set()   # a new channel: the shard knows no client of ours yet
             reader = None
             try:   # from here on, whatever ends the link (a kill too) closes it
                 log.info("connected to shard %d at %s", self.index, where(self.path))
