@@ -11,7 +11,7 @@ import logging
 import sys
 from typing import List, NoReturn, Optional
 
-from . import __version__
+from . import BUILD, __version__
 from .cluster.arguments import add_parser as add_cluster_parser
 from .config import (CODEC_OPTIONS, DEFAULT_METRICS_PORT, HISTORY, LISTENER, LOG_LEVELS, SERVER, Config,
                      ConfigError, Setting, history_attribute)
@@ -164,8 +164,10 @@ def build_config(args: argparse.Namespace) -> Config:
 
 def build_parser() -> ArgumentParser:
     """The whole command line: ``serve``, ``worker`` and ``history``."""
-    parser = ArgumentParser(prog=PROG, description="A multi-protocol job queue server.")
-    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    # (raw: --version's two lines kept as they are, not wrapped into one)
+    parser = ArgumentParser(prog=PROG, description="A multi-protocol job queue server.",
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}\n{BUILD}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,worker,history,cluster}")
     _serve_parser(sub)
     _worker_parser(sub)
