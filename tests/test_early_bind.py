@@ -27,6 +27,34 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _stat(pid: int) -> list:
+    """The fields of /proc/PID/stat after the command's name ([] if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return []
+
+
+def _family(pid: int) -> list:
+    """``pid`` and every process it started, and theirs."""
+    children: dict = {}
+    for entry in os.listdir("/proc"):
+        fields = _stat(int(entry)) if entry.isdigit() else []
+        if fields:
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo.extend(children.get(found[-1], []))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    fields = _stat(pid)
+    return bool(fields) and fields[0] != "Z"
+
+
 class Server:
     """``queueserver serve`` on fixed ports, started and stopped by the test."""
 
@@ -41,7 +69,7 @@ class Server:
 
     def start(self) -> None:
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=log, start_new_session=True)
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=log)
 
     def ready(self) -> bool:
         """Every router serves (the supervisor wrote ports.json)."""
@@ -59,8 +87,14 @@ class Server:
                 time.sleep(0.001)
 
     def kill9(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGKILL)   # the supervisor and every child at once
+        """SIGKILL the supervisor and every router and shard at once (each in
+        a process group of its own), and wait until they are all gone: a
+        router still dying would hold the old listening socket."""
+        family = _family(self.proc.pid)
+        for pid in family:
+            os.kill(pid, signal.SIGKILL)
         self.proc.wait()
+        wait_for(lambda: not any(_alive(pid) for pid in family), 10, "the killed processes to be gone")
         (self.runtime / "ports.json").unlink(missing_ok=True)
 
     def stop(self) -> None:
@@ -69,8 +103,7 @@ class Server:
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+                self.kill9()
 
 
 @pytest.mark.parametrize("shards", [1, 3])
