@@ -33,7 +33,7 @@ from .protocols import DEFAULT_PORTS
 from .datadir import DataDir, LayoutError
 from .dirlock import DirectoryBusy, lock_directory
 from .cluster.roles import FOLLOWER, PRIMARY_COPY, PRIMARY_HOME
-from .lifecycle import EXIT_DEPOSED, EXIT_REFUSED, SUPERVISOR_PID
+from .lifecycle import EXIT_DEPOSED, EXIT_REFUSED, SUPERVISOR_PID, python_command
 from .listening import BindError, bind_failure, bind_listeners, reason
 from .numbers import FILE_NAME as NUMBERS_FILE
 
@@ -243,7 +243,7 @@ class Supervisor:
 
     def _children(self) -> List[Child]:
         config = self.config
-        python = sys.executable
+        python = python_command()
         level = config.log_level
         sockets = [self.runtime.file(f"shard-{i}.sock") for i in range(config.shards)]
         place: Optional[ClusterPlace] = None
@@ -252,7 +252,7 @@ class Supervisor:
             place = ClusterPlace(file=self.cluster.path, node=config.node)
         placement = (["--cluster", place["file"], "--node", place["node"]] if place is not None
                      else ["--numbers", self._numbers_file()])
-        children = [Child(f"shard-{i}", [python, "-m", "queueserver.shard", "--index", str(i),
+        children = [Child(f"shard-{i}", [*python, "-m", "queueserver.shard", "--index", str(i),
                                          "--socket", path, "--max-queues", str(config.shard_max_queues()),
                                          "--queue-idle-timeout", repr(config.queue_idle_timeout),
                                          "--shards", str(config.shards), "--log-level", level]
@@ -303,7 +303,7 @@ class Supervisor:
             else:
                 router_config["numbers"] = self._numbers_file()
             name = "router" if config.routers == 1 else f"router-{i}"
-            children.append(Child(name, [python, "-m", "queueserver.router",
+            children.append(Child(name, [*python, "-m", "queueserver.router",
                                          "--config", json.dumps(router_config), "--log-level", level],
                                   pass_fds=tuple(fds.values()) + locks))
         return children
@@ -318,12 +318,12 @@ class Supervisor:
         common = ["--cluster", cluster.path, "--node", config.node, "--data-dir", copy,
                   "--fsync", config.fsync, "--compact-after-bytes", str(config.compact_after_bytes),
                   "--log-level", config.log_level]
-        python = sys.executable
+        python = python_command()
         if role == FOLLOWER:
-            return Child(f"follower-{ordinal}", [python, "-m", "queueserver.shard.follower",
+            return Child(f"follower-{ordinal}", [*python, "-m", "queueserver.shard.follower",
                                                  "--ordinal", str(ordinal), *common])
         return Child(f"takeover-{ordinal}", [
-            python, "-m", "queueserver.shard", "--index", str(index), "--ordinal", str(ordinal),
+            *python, "-m", "queueserver.shard", "--index", str(index), "--ordinal", str(ordinal),
             "--socket", self.runtime.file(f"takeover-{ordinal}.sock"),
             "--max-queues", str(config.shard_max_queues()),
             "--queue-idle-timeout", repr(config.queue_idle_timeout),

@@ -183,7 +183,9 @@ def test_every_non_editable_install_runs_compiled(tmp_path, monkeypatch):
     # Its server: /status says compiled, and each of its processes runs the compiled modules.
     for name in ("PYTHONPATH", "VIRTUAL_ENV", "QS_PURE_PYTHON"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)   # (its children run `python -m`: the folder they start in comes first)
+    # Run from the checkout (its sources, and maybe its own compiled build,
+    # right there): the children still import the install's package.
+    monkeypatch.chdir(REPO)
     with _InstalledServer(image.venv) as server:
         status = json.loads(http_get(server, "/status"))
         assert (status["compiled"], status["why_pure"]) == (True, None)
