@@ -31,7 +31,7 @@ COMPILED = [
     "queueserver/net/connection.py", "queueserver/net/channel.py", "queueserver/net/hangups.py",
     "queueserver/shard/shard.py", "queueserver/shard/direct.py", "queueserver/shard/durability.py",
     "queueserver/shard/stats.py", "queueserver/shard/outcomes.py", "queueserver/shard/idhome.py",
-    "queueserver/shard/peers.py", "queueserver/shard/history.py",
+    "queueserver/shard/peers.py", "queueserver/shard/history.py", "queueserver/shard/hostids.py",
     "queueserver/router/router.py", "queueserver/router/shardlink.py", "queueserver/router/fanout.py",
     "queueserver/router/directory.py", "queueserver/router/jobcache.py", "queueserver/router/clusterrouter.py",
     "queueserver/router/slotmap.py",

@@ -221,6 +221,8 @@ class Supervisor:
         self.data: Optional[DataDir] = (DataDir(config.data_dir)
                                         if config.durable and config.data_dir is not None else None)
         self.listeners: Dict[str, socket.socket] = dict(listeners or {})
+        #: the memory file of the host's job ids its shards share (one host only)
+        self.host_ids_fd: Optional[int] = None
         self._failure: Optional[StartupError] = None   # a child that must not be restarted
         #: in a cluster: the cluster file and this node's entry (None: one host)
         self.cluster: Optional[ClusterSpec] = None
@@ -251,7 +253,7 @@ class Supervisor:
             assert config.node is not None   # _join_cluster refuses a cluster without --node
             place = ClusterPlace(file=self.cluster.path, node=config.node)
         placement = (["--cluster", place["file"], "--node", place["node"]] if place is not None
-                     else ["--numbers", self._numbers_file()])
+                     else ["--numbers", self._numbers_file(), "--host-ids-fd", str(self._host_ids())])
         children = [Child(f"shard-{i}", [*python, "-m", "queueserver.shard", "--index", str(i),
                                          "--socket", path, "--max-queues", str(config.shard_max_queues()),
                                          "--queue-idle-timeout", repr(config.queue_idle_timeout),
@@ -283,8 +285,9 @@ class Supervisor:
         # for the last one, rather than opening a log that one still writes).
         locks = tuple(fd for fd in (self.runtime.lock_fd, self.data.lock_fd if self.data else None)
                       if fd is not None)
+        shared = locks if place is not None else locks + (self._host_ids(),)
         for child in children:
-            child.pass_fds = locks
+            child.pass_fds = shared
         for i in range(config.routers):
             router_config: RouterConfig = {
                 "sockets": sockets,
@@ -307,6 +310,15 @@ class Supervisor:
                                          "--config", json.dumps(router_config), "--log-level", level],
                                   pass_fds=tuple(fds.values()) + locks))
         return children
+
+    def _host_ids(self) -> int:
+        """The memory file of this host's job ids, made once and kept open
+        while the server runs: a shard that restarts finds its table there
+        (see :mod:`.shard.hostids`)."""
+        if self.host_ids_fd is None:
+            from .shard.hostids import HostIds
+            self.host_ids_fd = HostIds.create()
+        return self.host_ids_fd
 
     def _group_child(self, ordinal: int, role: str, index: int) -> Child:
         """The process of this node's role in shard ``ordinal``'s group other

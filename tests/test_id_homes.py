@@ -122,10 +122,15 @@ def test_jobs_made_while_their_home_restarts_are_found_by_id_after(tmp_path):
 
         def ask() -> bytes:   # adds of ids homed on the restarting shard, to shard 1's queue
             id = homed(0, 2)
-            reply = w.call(add(id, one))
-            if reply == b"+OK\r\n":
-                made.append(id)
-            return w.call(f"inspect queue {zero}\r\n".encode())   # answered once shard 0 serves again
+            asking = Wire(proc.connect())   # a new one each time: one moved to the killed shard dies with it
+            try:
+                if asking.call(add(id, one)) == b"+OK\r\n":
+                    made.append(id)
+                return asking.call(f"inspect queue {zero}\r\n".encode())   # answered once shard 0 serves again
+            except ConnectionError:
+                return b"-SERVER-ERROR connection lost\r\n"
+            finally:
+                asking.close()
 
         replies_across_shard_restart(proc, 0, ask, lambda reply: not reply.startswith(b"-SERVER-ERROR"))
         for _ in range(5):
@@ -137,6 +142,40 @@ def test_jobs_made_while_their_home_restarts_are_found_by_id_after(tmp_path):
             assert other.call(add(id, zero)) == b"-CLIENT-ERROR Duplicate job\r\n"
             assert other.call(f"delete {id}\r\n".encode()) == b"+OK\r\n"
             other.close()
+        w.close()
+    finally:
+        proc.stop()
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_a_shard_that_restarts_leaves_its_ids_right(tmp_path, durable):
+    """Shard 1 holds jobs when it is killed with SIGKILL. In memory, it comes
+    back empty: its jobs' ids are free again on any shard (nothing it left
+    behind stands in the way). Durable, it recovers them: their ids stay
+    taken, from every shard."""
+    extra = ["--data-dir", str(tmp_path / "d")] if durable else []
+    proc = ServerProcess(shards=2, protocols=["workq"], extra=extra).start()
+    try:
+        zero, one = names_by_shard(2)
+        w = Wire(proc.connect())
+        ids = [new_id() for _ in range(20)]
+        for id in ids:
+            assert w.call(add(id, one)) == b"+OK\r\n"
+        w.close()
+
+        def ask() -> bytes:
+            asking = Wire(proc.connect())
+            try:
+                return asking.call(f"inspect queue {one}\r\n".encode())
+            except ConnectionError:
+                return b"-SERVER-ERROR connection lost\r\n"
+            finally:
+                asking.close()
+
+        replies_across_shard_restart(proc, 1, ask, lambda reply: not reply.startswith(b"-SERVER-ERROR"))
+        w = Wire(proc.connect())
+        expected = b"-CLIENT-ERROR Duplicate job\r\n" if durable else b"+OK\r\n"
+        assert [w.call(add(id, zero)) for id in ids] == [expected] * len(ids)
         w.close()
     finally:
         proc.stop()

@@ -12,6 +12,7 @@ import hashlib
 import os
 import re
 import socket
+import struct
 import uuid
 
 import pytest
@@ -574,10 +575,11 @@ def test_shard_down_is_answered_in_each_protocols_error_form():
 
 
 def test_a_dequeue_whose_client_left_puts_the_item_back(server):
-    """When the router learns a client left before its dequeue's answer was
-    written, the item goes back to its place. (An answer written just before
-    the client's FIN arrives is gone with it: no protocol ack exists to tell.)
-    The race is retried until the router sees the close first."""
+    """When the server learns a client reset its connection before its
+    dequeue's answer was written, the item goes back to its place. (An answer
+    written whole before that is delivered: a dequeue is destructive, and no
+    protocol ack exists to tell.) The race is retried until the server sees
+    the reset first."""
     producer = qd(server)
     counter = Wire(server.connect("workq"))
     for attempt in range(30):
@@ -589,7 +591,8 @@ def test_a_dequeue_whose_client_left_puts_the_item_back(server):
         gone = server.connect("queued")
         wait_for(lambda: server_stat(counter, "active-clients") > clients, what="the client to count")
         gone.sendall(f"USE {name}\nDEQUE\n".encode())
-        gone.close()
+        gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        gone.close()   # a reset
         # Once the server no longer counts the client it has read all it sent
         # (the DEQUE too) and seen it leave; the item comes back when the
         # DEQUE's answer does, unless it was written before the close was seen.

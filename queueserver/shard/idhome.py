@@ -130,9 +130,9 @@ class IdHome:
             for then in waiting:
                 then()
 
-        self._any_holds(others, id, checked)
+        self.any_holds(others, id, checked)
 
-    def _any_holds(self, shards: List[int], id: str, done: Callable[[bool], None]) -> None:
+    def any_holds(self, shards: List[int], id: str, done: Callable[[bool], None]) -> None:
         """Whether any of ``shards`` holds job ``id`` (a shard that cannot
         answer is taken as holding it: never grant on a guess)."""
         left = [len(shards)]

@@ -46,6 +46,8 @@ from ..store import StoreError
 from .durability import Durability
 from .replication import Replicator
 from .idhome import IdHome
+from .hostids import HostIds, key_of
+from ..router.directory import SHARED
 from ..router.primaries import PrimaryPlaces
 from .peers import DUPLICATE, GRANTED, Peers
 from ..router.shardlink import STOPPING, Address, Places
@@ -86,7 +88,8 @@ class Shard:
                  data_dir: Optional[str] = None, fsync: str = "always",
                  fsync_interval: float = 1000.0, compact_after_bytes: int = 64 << 20,
                  history_dir: Optional[str] = None, cluster: Optional[ShardInCluster] = None,
-                 history_retention: Optional[Retention] = None, numbers: Optional[str] = None) -> None:
+                 history_retention: Optional[Retention] = None, numbers: Optional[str] = None,
+                 host_ids: Optional[HostIds] = None) -> None:
         #: in a cluster: its TCP links and its slots (None: one host)
         self.cluster = cluster
         if cluster is not None:   # known by its ordinal; numbers stride over any cluster's shards
@@ -105,6 +108,9 @@ class Shard:
         self._later: List[Tuple[Token, Reply]] = []   # answers to parked requests
         #: the registry of the job ids homed here, and the links to the other shards
         self.home = IdHome(index, self.engine.jobs.__contains__, self._ask_peer)
+        #: on one host: the table of every job id its shards share (None: ids
+        #: are claimed at their homes by messages, as between hosts)
+        self.host_ids = host_ids if cluster is None else None
         self.peers: Optional[Peers] = None
         #: whether the id home waits (a while) for every other shard's job list before it answers
         self.await_peers = True
@@ -244,8 +250,15 @@ class Shard:
         job has it, hold the answer (``reply``; None for a ``run``, which
         waits anyway) until the home grants the id; if it refuses, the job
         goes and the answer is the refusal."""
+        host_ids = self.host_ids
+        if host_ids is not None:
+            key = key_of(id)
+            others = host_ids.claim(key, self.index)
+            if not others:
+                return reply   # no other shard of this host has a job with this key
         home = self.home_of(id)
-        if home == self.index and self.home.ready and self.home.entries.shard_of(id) is None:
+        if host_ids is None and home == self.index and self.home.ready \
+                and self.home.entries.shard_of(id) is None:
             return reply   # at home here, and no other shard's job has the id
 
         def verdict(result: Reply) -> None:
@@ -263,13 +276,47 @@ class Shard:
                 self._later.append((token, reply))
             self.schedule_after_batch()
 
-        if home == self.index:
+        if host_ids is not None:
+            self._check_others(id, key, others, [], verdict)
+        elif home == self.index:
             self.home.claim(id, self.index, lambda granted: verdict(GRANTED if granted else DUPLICATE))
         elif self.peers is None:
             return reply
         else:
             self.peers.claim(id, verdict)
         return None
+
+    def _check_others(self, id: str, key: int, others: List[int], checked: List[int],
+                      verdict: Callable[[Reply], None]) -> None:
+        """Other shards' entries in the host's table have the key of new job
+        ``id``: a duplicate if one of them holds the id (or cannot say), else
+        (a twin key, or an entry a restarted shard left) the key is taken
+        beside theirs, unless yet another shard took it meanwhile: it is
+        asked in turn."""
+        host_ids = self.host_ids
+        assert host_ids is not None   # called in the host table's claims only
+
+        def checked_them(found: bool) -> None:
+            if found:
+                verdict(DUPLICATE)
+                return
+            checked.extend(others)
+            more = host_ids.claim(key, self.index, checked)
+            if more:
+                self._check_others(id, key, more, checked, verdict)
+            else:
+                verdict(GRANTED)
+
+        self.home.any_holds(others, id, checked_them)
+
+    def take_host_ids(self) -> None:
+        """Before serving: the host's table says exactly which jobs are here
+        (what a restart recovered, not what an earlier run left)."""
+        if self.host_ids is not None:
+            started = time.monotonic()
+            self.host_ids.replace_owner(self.index, [key_of(id) for id in self.engine.jobs])
+            log.info("shard %d: %d job ids in the host's table (%.2f s)", self.index, len(self.engine.jobs),
+                     time.monotonic() - started)
 
     def _home_unreachable(self, home: int, error: Reply, ids: Sequence[str]) -> None:
         """Jobs ``ids`` were made (or moved in) while their home (-1: some
@@ -386,6 +433,8 @@ class Shard:
         """A link to ``shard`` came up: it lists its jobs at home here, page by page."""
         peers = self.peers
         assert peers is not None   # its link calls this
+        if self.host_ids is not None:
+            return   # this host's jobs are all in its table: nothing to hear
         self.home.listing(shard)
         ids: List[str] = []
 
@@ -446,7 +495,10 @@ class Shard:
         elif op == "locate":
             def located(shard: Optional[int]) -> None:
                 send([OK, shard] if shard is not None else [NOT_FOUND, ""])
-            self.home.locate(args[0], located)
+            if self.host_ids is not None:
+                located(self._locate_here(args[0]))
+            else:
+                self.home.locate(args[0], located)
         elif op == "homed":   # the jobs here whose home is ``home``, a page at a time
             home, start = args
             if start == 0:
@@ -456,6 +508,17 @@ class Shard:
             if end >= len(ids):
                 self._homed.pop(home, None)
             send([OK, {"ids": ids[start:end], "next": end if end < len(ids) else None}])
+
+    def _locate_here(self, id: str) -> Optional[int]:
+        """Where job ``id`` is, by the host's table (SHARED: more than one
+        shard has an entry with its key; None: no job has it)."""
+        if id in self.engine.jobs:
+            return self.index
+        assert self.host_ids is not None   # asked only when there is one
+        owners = self.host_ids.owners(key_of(id))
+        if not owners:
+            return None
+        return owners[0] if len(owners) == 1 else SHARED
 
     def _take_numbers(self) -> Optional[Reply]:
         """A fresh block of job numbers, before a request that makes a job;
@@ -495,7 +558,11 @@ class Shard:
             self.durability.record(fx)
         if fx.later:
             self._later += fx.later
-        if fx.forgotten and self.peers is not None:
+        if fx.forgotten and self.host_ids is not None:
+            forget, index = self.host_ids.forget, self.index
+            for id in fx.forgotten:
+                forget(key_of(id), index)
+        elif fx.forgotten and self.peers is not None:
             home_of, index = self.home_of, self.index
             away: Optional[Dict[int, List[str]]] = None
             for id in fx.forgotten:
@@ -572,6 +639,7 @@ class Shard:
 
     # ---------------------------------------------------------------- serving
     def serve(self) -> None:
+        self.take_host_ids()   # before listening: no claim may miss a job recovered here
         if self.direct_path:   # ready before the link, which routers connect to first
             self._tasks.spawn(self._serve_handoffs, listen_seqpacket(handoff_path(self.path), socket))
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -589,7 +657,7 @@ class Shard:
         open(self.path + ".ready", "w").close()
         self._tasks.spawn(self._timer_loop)
         self.peers = self._link_peers()
-        if self.peers is not None and self.await_peers:
+        if self.peers is not None and self.await_peers and self.host_ids is None:
             self.home.expect(self.peers.links)
             self._tasks.spawn(self._home_ticks)
         else:
@@ -961,6 +1029,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--history-checkpoint", metavar="PATH",
                         help="the checkpoint of `queueserver history`: dropping a file it has not "
                              "read is a warning")
+    parser.add_argument("--host-ids-fd", type=int, metavar="FD",
+                        help="the memory file of the host's job ids, which the supervisor shares with "
+                             "every shard (default: ids are claimed at their homes by messages)")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     setup_logging(args.log_level, f"shard-{args.index}")
@@ -979,7 +1050,8 @@ def main(argv: Optional[List[str]] = None) -> None:
                       args.direct_path, args.data_dir, args.fsync, args.fsync_interval,
                       args.compact_after_bytes, args.history_dir, cluster,
                       {"max_bytes": args.history_max_bytes, "max_age": args.history_max_age,
-                       "checkpoint": args.history_checkpoint}, args.numbers)
+                       "checkpoint": args.history_checkpoint}, args.numbers,
+                      HostIds(args.host_ids_fd) if args.host_ids_fd is not None else None)
         if shard.durability is not None:
             shard.recover()
         if cluster is not None:
