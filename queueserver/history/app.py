@@ -78,6 +78,9 @@ def run(inputs: Sequence[str], out: str, spark: Optional[Any] = None,
         timing.engine, timing.reason = "spark", "the caller's SparkSession"
     else:
         timing.engine, timing.reason = choose_engine(engine, inputs, out, master, rebuild)
+        if timing.engine == "spark":
+            from queueserver.history.session import check_java
+            check_java()
     log.info("engine: %s (%s)", timing.engine, timing.reason)
     if timing.engine == "python":
         summary = _run(PythonEngine(out), inputs, out, stale_after, rebuild, timing)

@@ -50,7 +50,7 @@ svg.area .select { fill: rgba(76, 120, 168, 0.22); pointer-events: none; }
 SCRIPT = r"""
 (function () {
   "use strict";
-  var NS = "http://www.w3.org/2000/svg";
+  var NS = null;   // the SVG namespace, taken from the page's first chart
   var MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
   var STEPS = [1, 2, 3, 5, 6, 10, 12, 15, 20, 30, 60, 120, 240, 360, 720, 1440];
 
@@ -96,6 +96,7 @@ SCRIPT = r"""
   }
 
   function Chart(svg, figure) {
+    NS = svg.namespaceURI;
     this.svg = svg;
     this.figure = figure;
     this.data = JSON.parse(svg.nextElementSibling.textContent);
