@@ -61,8 +61,8 @@ LABELLED_BARS = 36
 NAME_CHARS = 32
 #: The SVG's own width: it is scaled to the page's, text with it.
 WIDTH = 1000
-#: Average width of a character of the chart font (12 px), for laying out labels.
-CHAR_PX = 6.6
+#: Width of a character of the chart font (12 px), a little over the average: for laying out labels.
+CHAR_PX = 7.0
 
 COLORS = {"added": "#4c78a8", "leased": "#72b7b2", "completed": "#54a24b", "failed": "#e45756",
           "dead": "#b279a2", "expired": "#f58518", "deleted": "#9d9da1", "taken": "#72b7b2",
@@ -318,11 +318,10 @@ def _legend(names: Sequence[Tuple[str, str]], right: float, y: float) -> str:
     """Coloured squares and names, right-aligned ending at ``right``."""
     parts, x = [], right
     for name, tint in reversed(names):
-        x -= len(name) * CHAR_PX + 6
-        parts.append(_text(x + len(name) * CHAR_PX, y, name, "end", "legend"))
-        x -= 14
-        parts.append(f'<rect{_attrs(x=_num(x), y=_num(y - 9), width=10, height=10, fill=tint)}></rect>')
-        x -= 14
+        x -= len(name) * CHAR_PX
+        parts.append(_text(x, y, name, "start", "legend"))
+        parts.append(f'<rect{_attrs(x=_num(x - 15), y=_num(y - 10), width=10, height=10, fill=tint)}></rect>')
+        x -= 15 + 18
     return "".join(parts)
 
 

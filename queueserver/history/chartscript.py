@@ -92,7 +92,7 @@ SCRIPT = r"""
   }
   function line(name, color, text) {
     return "<div>" + (color ? "<i style=\"background:" + color + "\"></i>" : "") + esc(name) +
-           "<span>" + esc(text) + "</span></div>";
+           " <span>" + esc(text) + "</span></div>";
   }
 
   function Chart(svg, figure) {
@@ -103,6 +103,7 @@ SCRIPT = r"""
     this.area = svg.querySelector("svg.area");
     this.height = Number(this.area.getAttribute("height"));
     this.left = Number(this.area.getAttribute("x"));
+    this.top = Number(this.area.getAttribute("y"));
     this.width = Number(this.area.getAttribute("width"));
     this.plot = svg.parentNode;
     this.tip = this.plot.querySelector(".tip");
@@ -119,8 +120,15 @@ SCRIPT = r"""
       this.area.addEventListener("dblclick", function (e) { e.preventDefault(); zoom(figure, null); });
     }
   }
+  Chart.prototype.rect = function () {
+    // The plot area on the page, from the chart's own box: a nested svg's client rect is that
+    // of its content, which a zoom stretches far beyond the area.
+    var outer = this.svg.getBoundingClientRect(), scale = outer.width / this.svg.viewBox.baseVal.width;
+    return {left: outer.left + this.left * scale, top: outer.top + this.top * scale,
+            width: this.width * scale, height: this.height * scale};
+  };
   Chart.prototype.at = function (e) {
-    var r = this.area.getBoundingClientRect();
+    var r = this.rect();
     var fx = Math.min(Math.max((e.clientX - r.left) / r.width, 0), 0.999999);
     var fy = Math.min(Math.max((e.clientY - r.top) / r.height, 0), 0.999999);
     return {bucket: Math.floor(this.a + fx * (this.b - this.a)), row: Math.floor(fy * this.rows),
@@ -198,7 +206,7 @@ SCRIPT = r"""
       var i = a + t, ms = start(d, i);
       var x = self.left + (t + (d.centred ? 0.5 : 0)) * self.width / n;
       var text = document.createElementNS(NS, "text");
-      text.setAttribute("x", x); text.setAttribute("y", self.height + Number(self.area.getAttribute("y")) + 16);
+      text.setAttribute("x", x); text.setAttribute("y", self.top + self.height + 16);
       text.setAttribute("text-anchor", "middle");
       text.setAttribute("class", "tick xt");
       var lines = d.width >= 86400000 ? [day(ms)]
