@@ -2,8 +2,8 @@
 
 - The compose section's table of published ports is docker-compose.yml's,
   node by node and protocol by protocol.
-- Every log line its Troubleshooting section quotes is one the server can
-  write: it fully matches a message of the source (a string literal, with
+- Every log line its Troubleshooting section quotes (and the start-up lines
+  docs/getting-started.md quotes) is one the server can write: it fully matches a message of the source (a string literal, with
   adjacent literals joined, its ``{...}`` and ``%s``-style fields as
   wildcards), after the logger's name and level (or the command's
   ``queueserver serve: error:``) in front of it.
@@ -30,8 +30,8 @@ PREFIX = re.compile(r"^(?:queueserver \w+: error: |[\w-]+ (?:DEBUG|INFO|WARNING|
 FIELD = "\x00"
 
 
-def section(title: str) -> str:
-    text = PAGE.read_text(encoding="utf-8")
+def section(title: str, page: Path = PAGE) -> str:
+    text = page.read_text(encoding="utf-8")
     start = text.index(f"\n## {title}\n")
     end = text.find("\n## ", start + 1)
     return text[start:end if end > 0 else len(text)]
@@ -112,9 +112,26 @@ def messages() -> List[re.Pattern]:
     return found
 
 
-def quoted_lines() -> List[str]:
+def plain_blocks(text: str) -> List[str]:
+    """The bodies of ``text``'s fenced blocks without a language (fences paired in order)."""
+    blocks, body, info = [], [], None
+    for line in text.splitlines():
+        fence = re.match(r"^ *```(\w*)\s*$", line)
+        if fence and info is None:
+            info, body = fence.group(1), []
+        elif fence:
+            if info == "":
+                blocks.append("\n".join(body))
+            info = None
+        elif info is not None:
+            body.append(line)
+    return blocks
+
+
+def quoted_lines(text: str) -> List[str]:
+    """The lines of ``text``'s plain code blocks, without their time and logger."""
     lines = []
-    for block in re.findall(r"^ *```\n(.*?)^ *```$", section("Troubleshooting"), re.S | re.M):
+    for block in plain_blocks(text):
         for line in block.strip("\n").splitlines():
             line = re.sub(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ", "", line.strip())
             lines.append(PREFIX.sub("", line))
@@ -122,8 +139,11 @@ def quoted_lines() -> List[str]:
 
 
 def test_every_quoted_log_line_is_one_the_server_writes():
-    lines = quoted_lines()
+    lines = quoted_lines(section("Troubleshooting"))
     assert len(lines) >= 6, lines
+    started = quoted_lines(section("Start a server", ROOT / "docs" / "getting-started.md"))
+    assert len(started) >= 8, started
+    lines += started
     patterns = messages()
     unknown = [line for line in lines if not any(p.fullmatch(line) for p in patterns)]
     assert not unknown, f"lines no message of queueserver/ writes: {unknown}"

@@ -7,8 +7,9 @@ shows coming back must come back, byte for byte (a ``created`` or
 ``started`` time: any time in that form). A session of two connections
 names them (``client>``/``worker<``...); the lines are played in the
 page's order, so a ``run`` that waits for a worker's ``complete`` is read
-after it. The Python pipeline example runs as a script against a fresh
-server and must print what its comments say.
+after it. The session of docs/getting-started.md is replayed the same way. The
+Python pipeline example runs as a script against a fresh server and must
+print what its comments say.
 """
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ TIME = re.compile(r"^(created|started) \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 NAMED = re.compile(r"^(\w+)([<>]) ?(.*)$")
 
 
-def section(title: str) -> str:
-    text = PAGE.read_text(encoding="utf-8")
+def section(title: str, page: Path = PAGE) -> str:
+    text = page.read_text(encoding="utf-8")
     start = text.index(f"\n{title}\n")
     end = text.find("\n## ", start + 1)
     following = text.find("\n### ", start + 1)
@@ -113,6 +114,12 @@ def test_the_workq_command_sessions_are_the_servers_answers():
 
 def test_the_by_hand_session_is_the_servers_answer():
     [steps] = sessions(section("### By hand"))
+    with ServerProcess(protocols=["workq"], extra=["--in-memory"]) as proc:
+        replay(proc.port("workq"), steps)
+
+
+def test_the_getting_started_session_is_the_servers_answer():
+    [steps] = sessions(section("## A job by hand", ROOT / "docs" / "getting-started.md"))
     with ServerProcess(protocols=["workq"], extra=["--in-memory"]) as proc:
         replay(proc.port("workq"), steps)
 
