@@ -37,10 +37,11 @@ import os
 import uuid
 from contextlib import ExitStack
 from datetime import datetime, timezone
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Protocol, Sequence, Tuple
 
 from queueserver.history import checkpoint as ckpt
 from queueserver.history import pysource, report, state, tables
+from queueserver.history.columns import Schema
 from queueserver.history.errors import HistoryError
 from queueserver.history.frame import Frame, col, max_, min_
 from queueserver.history.localstorage import LocalStorage
@@ -52,6 +53,54 @@ from queueserver.history.timing import SPARK_START, SPARK_STOP, Timing
 
 log = logging.getLogger("queueserver.history")
 PROG = "queueserver history"
+
+
+class Store(Protocol):
+    """The small files beside the output: :class:`.storage.Storage` (Hadoop's file systems)
+    or :class:`.localstorage.LocalStorage`."""
+    root: str
+
+    def path(self, name: str) -> str: ...
+
+    def is_file(self, name: str) -> bool: ...
+
+    def read_text(self, name: str) -> Optional[str]: ...
+
+    def write_text(self, name: str, text: str) -> None: ...
+
+    def delete(self, name: str) -> None: ...
+
+    def list_dir(self, name: str) -> List[str]: ...
+
+
+class Batch(Protocol):
+    def events(self) -> Frame: ...
+
+    def tally(self) -> Tally: ...
+
+    def release(self) -> None: ...
+
+
+class Engine(Protocol):
+    """What a run asks of an engine: :class:`.spark_engine.SparkEngine` or
+    :class:`.python_engine.PythonEngine`."""
+    name: str
+
+    @property
+    def storage(self) -> Store: ...
+
+    def list_files(self, inputs: Sequence[str]) -> List[ckpt.Listed]: ...
+
+    def read(self, plan: ckpt.Plan) -> Batch: ...
+
+    def read_table(self, path: str, schema: Schema) -> Frame: ...
+
+    def write(self, frame: Frame, path: str, schema: Schema, partition_by: Sequence[str] = (),
+              sort_by: Sequence[str] = (), one_file: bool = False) -> None: ...
+
+    def keep(self, frame: Frame) -> Frame: ...
+
+    def release(self, frame: Frame) -> None: ...
 STATE = "_state"
 MIB = 1 << 20
 #: ``--engine auto`` computes a history of at most this many bytes (read so far and new) in Python.
@@ -151,7 +200,7 @@ def history_bytes(inputs: Sequence[str], out: str, rebuild: bool) -> int:
             + sum(sizes[path] - plan.grown.get(path, 0) for path in plan.paths))
 
 
-def _run(engine: Any, inputs: List[str], out: str, stale_after: float, rebuild: bool,
+def _run(engine: Engine, inputs: List[str], out: str, stale_after: float, rebuild: bool,
          timing: Timing) -> Summary:
     storage = engine.storage
     if storage.is_file(""):
@@ -193,7 +242,7 @@ def _run(engine: Any, inputs: List[str], out: str, stale_after: float, rebuild: 
     return summary
 
 
-def _checkpoint(storage: Any) -> ckpt.Checkpoint:
+def _checkpoint(storage: Store) -> ckpt.Checkpoint:
     """The checkpoint of the runs so far (an empty one before the first)."""
     where = storage.path(ckpt.NAME)
     try:
@@ -207,16 +256,16 @@ def _new_generation() -> str:
     return f"gen-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
 
 
-def _state_path(engine: Any, generation: str, part: str) -> str:
+def _state_path(engine: Engine, generation: str, part: str) -> str:
     return str(engine.storage.path(f"{STATE}/{generation}/{part}"))
 
 
-def _read_jobs(engine: Any, generation: str) -> Frame:
+def _read_jobs(engine: Engine, generation: str) -> Frame:
     jobs = engine.read_table(_state_path(engine, generation, "jobs"), state.JOB_STATE)
     return state.upgraded_jobs(jobs)
 
 
-def _write_state(engine: Any, old: Optional[str], new: str, events: Frame) -> None:
+def _write_state(engine: Engine, old: Optional[str], new: str, events: Frame) -> None:
     """The earlier generation (if any) merged with the new events, written as generation ``new``."""
     for part, rows, merge, schema in (("jobs", state.job_rows, state.merge_jobs, state.JOB_STATE),
                                       ("minutes", state.minute_rows, state.merge_minutes,
@@ -229,7 +278,7 @@ def _write_state(engine: Any, old: Optional[str], new: str, events: Frame) -> No
         engine.write(merged, _state_path(engine, new, part), schema)
 
 
-def _write_outputs(engine: Any, out: str, current: ckpt.Checkpoint, listed: List[ckpt.Listed], plan: ckpt.Plan,
+def _write_outputs(engine: Engine, out: str, current: ckpt.Checkpoint, listed: List[ckpt.Listed], plan: ckpt.Plan,
                    tally: Tally, stale_after: float, timing: Timing) -> Summary:
     assert current.state is not None
     storage = engine.storage

@@ -26,8 +26,7 @@ import math
 import operator
 from dataclasses import dataclass
 from datetime import date, timedelta
-from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple,
-                    Union)
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple, Union
 
 from .columns import Schema, names
 
@@ -564,7 +563,6 @@ def percentiles(inner: Expr, ps: Sequence[float]) -> Agg:
 
 # ------------------------------------------------------------------ frames
 Column = Union[str, Named]
-Aggregate = NamedAgg
 
 
 @dataclass(frozen=True)
@@ -748,8 +746,3 @@ class RowGroups:
                  **{name: reduce(members) for name, reduce in reducers}}
                 for key, members in groups.items()]
         return RowFrame(rows, [name for name, _ in key_fns] + [a.name for a in aggs])
-
-
-def rows_of(records: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> RowFrame:
-    """A :class:`RowFrame` of ``records`` (each with at least ``columns``)."""
-    return RowFrame([{c: record.get(c) for c in columns} for record in records], columns)
