@@ -26,7 +26,7 @@ from queueserver.history.app import choose_engine, run
 from queueserver.history.checkpoint import Plan
 from queueserver.history.errors import HistoryError
 
-from test_history_spark import FILES, STALE_AFTER, write_history
+from test_history_spark import STALE_AFTER, write_history
 
 TABLES = {"jobs": ("id",), "queue_minutes": ("queue", "minute"), "stuck": ("id",), "failed": ("id",),
           "_state/*/jobs": ("id",), "_state/*/minutes": ("queue", "minute")}

@@ -17,7 +17,7 @@ from __future__ import annotations
 import html
 import statistics
 from datetime import datetime, timezone
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from . import charts
 from .chartscript import SCRIPT, STYLE as CHART_STYLE
