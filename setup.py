@@ -4,8 +4,12 @@ mypyc (as black and mypy ship theirs), the rest plain Python.
 ``QS_PURE_PYTHON=1`` (or no C compiler, or no mypyc) builds plain Python
 only: the same package, slower. The compiled modules are named in
 :data:`COMPILED`; ``queueserver/__init__.py`` can also run a compiled
-install as plain Python (``QS_PURE_PYTHON=1`` at run time).
+install as plain Python (``QS_PURE_PYTHON=1`` at run time), and does when a
+source is not the one compiled: the build writes the record of its sources
+(``queueserver/buildrecord.py``) beside the compiled modules, in a wheel
+and in an editable (in-place) build alike.
 """
+import importlib.util
 import os
 import shutil
 import sys
@@ -35,6 +39,20 @@ COMPILED = [
     "queueserver/metrics/traffic.py", "queueserver/metrics/histogram.py", "queueserver/sharding.py",
     "queueserver/console/uses.py",
 ]
+
+
+def _load_buildrecord():
+    """queueserver/buildrecord.py on its own: importing the package would
+    run its __init__, which judges the build this is making."""
+    spec = importlib.util.spec_from_file_location(
+        "queueserver_buildrecord", os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                "queueserver", "buildrecord.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+buildrecord = _load_buildrecord()
 
 
 #: setup.py commands that only describe the package: pip runs two of them
@@ -72,6 +90,9 @@ class BuildOrFallBack(build_ext):
     that cannot build it), leave no part of it behind: the package then
     installs and runs as plain Python, and says why in the build's output."""
 
+    #: the record of the compiled sources, taken when mypyc read them (see the end of this file)
+    sources_record = ""
+
     def run(self):
         inplace = self.inplace
         try:
@@ -83,7 +104,30 @@ class BuildOrFallBack(build_ext):
                     if os.path.exists(path):
                         os.unlink(path)
             self.inplace = inplace
+            for path in self.record_paths():
+                if os.path.exists(path):
+                    os.unlink(path)
             print(f"queueserver: compiling the hot path failed ({err}): building plain Python "
                   f"(slower)", file=sys.stderr)
+            return
+        if self.extensions:
+            for path in self.record_paths():
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w") as f:
+                    f.write(self.sources_record)
 
+    def record_paths(self):
+        """Where the record goes: beside the compiled modules in build/ (what a
+        wheel holds), and beside the sources too when built in place (an
+        editable install, as make does)."""
+        paths = [os.path.join(self.build_lib, "queueserver", buildrecord.NAME)]
+        if self.inplace:
+            package = self.get_finalized_command("build_py").get_package_dir("queueserver")
+            paths.append(os.path.join(package, buildrecord.NAME))
+        return paths
+
+
+# The record first: the sources as mypyc (compiled_modules) reads them, not
+# as they may be when the C compile, minutes later, ends.
+BuildOrFallBack.sources_record = buildrecord.text(COMPILED, os.path.dirname(os.path.abspath(__file__)))
 setup(ext_modules=compiled_modules(), cmdclass={"build_ext": BuildOrFallBack})

@@ -12,8 +12,8 @@ import logging
 import sys
 from typing import List, NoReturn, Optional
 
-from . import __version__
-from .cluster import command as cluster_command
+from . import BUILD, __version__
+from .cluster.arguments import add_parser as add_cluster_parser
 from .config import (CODEC_OPTIONS, DEFAULT_METRICS_PORT, HISTORY, LISTENER, LOG_LEVELS, SERVER, Config,
                      ConfigError, Setting, history_attribute)
 from .protocols import DEFAULT_PORTS
@@ -166,13 +166,15 @@ def build_config(args: argparse.Namespace) -> Config:
 
 def build_parser() -> ArgumentParser:
     """The whole command line: ``serve``, ``worker`` and ``history``."""
-    parser = ArgumentParser(prog=PROG, description="A multi-protocol job queue server.")
-    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    # (raw: --version's two lines kept as they are, not wrapped into one)
+    parser = ArgumentParser(prog=PROG, description="A multi-protocol job queue server.",
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}\n{BUILD}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,worker,history,cluster}")
     _serve_parser(sub)
     _worker_parser(sub)
     _history_parser(sub)
-    cluster_command.add_parser(sub)
+    add_cluster_parser(sub)
     return parser
 
 
@@ -183,17 +185,29 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "history":
         return _history(args)
     if args.command == "cluster":
+        from .cluster import command as cluster_command
         return cluster_command.run(args)
     serve = f"{PROG} serve"
     try:
         config = build_config(args)
     except ConfigError as err:
         fail(str(err), 2, serve)
+    # The client ports first, before the slow parts of a start (imports,
+    # shards, replaying logs): an early client waits in the backlog, never
+    # refused. (A cluster node learns its ports from the cluster file: its
+    # supervisor binds them first thing after reading it.)
+    listeners = None
+    if config.cluster is None:
+        from .listening import BindError, bind_listeners
+        try:
+            listeners = bind_listeners(config)
+        except BindError as err:
+            fail(str(err), 2, serve)
     logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s supervisor %(levelname)s %(message)s")
     from .supervisor import StartupError, Supervisor
     try:
-        return Supervisor(config).run()
+        return Supervisor(config, listeners).run()
     except StartupError as err:
         fail(str(err), err.status, serve)
 

@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+from typing import List
 
 import gevent
 from gevent.event import Event
@@ -21,6 +22,18 @@ EXIT_DEPOSED = 4
 #: The environment variable in which the supervisor gives its children its pid.
 SUPERVISOR_PID = "QS_SUPERVISOR_PID"
 _PR_SET_PDEATHSIG = 1
+
+
+def python_command() -> List[str]:
+    """How to start a child process (``[*python_command(), "-m", module]``)
+    that imports this very package. ``-m`` puts the working directory first
+    on ``sys.path``: run from a checkout, an installed server's children
+    would import the checkout's sources instead of the install's compiled
+    modules. Unless this package came from there, ``-P`` keeps it off."""
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.realpath(package_parent) == os.path.realpath(os.getcwd()):
+        return [sys.executable]
+    return [sys.executable, "-P"]
 
 
 def setup_logging(level: str, name: str) -> None:

@@ -33,7 +33,8 @@ from .protocols import DEFAULT_PORTS
 from .datadir import DataDir, LayoutError
 from .dirlock import DirectoryBusy, lock_directory
 from .cluster.roles import FOLLOWER, PRIMARY_COPY, PRIMARY_HOME
-from .lifecycle import EXIT_DEPOSED, EXIT_REFUSED, SUPERVISOR_PID
+from .lifecycle import EXIT_DEPOSED, EXIT_REFUSED, SUPERVISOR_PID, python_command
+from .listening import BindError, bind_failure, bind_listeners, reason
 from .numbers import FILE_NAME as NUMBERS_FILE
 
 if TYPE_CHECKING:   # imported when the metrics port is on: it loads prometheus_client
@@ -144,7 +145,7 @@ class RuntimeDir:
             self._remove_run_files()  # an earlier run's readiness means nothing now
         except OSError as err:
             raise StartupError(f"cannot use runtime directory {self.path or tempfile.gettempdir()}: "
-                               f"{_reason(err)}", 1) from None
+                               f"{reason(err)}", 1) from None
 
     def _make_private(self) -> None:
         path = self.path
@@ -154,7 +155,7 @@ class RuntimeDir:
         except FileExistsError:
             pass
         except OSError as err:
-            raise StartupError(f"cannot create runtime directory {path}: {_reason(err)} ({fix})") from None
+            raise StartupError(f"cannot create runtime directory {path}: {reason(err)} ({fix})") from None
         info = os.lstat(path)
         if stat.S_ISLNK(info.st_mode):
             raise StartupError(f"refusing runtime directory {path}: it is a symbolic link; give the real "
@@ -169,7 +170,7 @@ class RuntimeDir:
                 os.chmod(path, 0o700)
             except OSError as err:
                 raise StartupError(f"cannot make runtime directory {path} private (0700): "
-                                   f"{_reason(err)} ({fix})") from None
+                                   f"{reason(err)} ({fix})") from None
 
     def _lock(self) -> None:
         try:
@@ -210,19 +211,16 @@ class RuntimeDir:
         self._lock_fd = None
 
 
-def _reason(err: OSError) -> str:
-    return (err.strerror or str(err)).lower()
-
-
 class Supervisor:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, listeners: Optional[Dict[str, socket.socket]] = None) -> None:
+        """``listeners``: the client ports, if already bound (see :mod:`.listening`)."""
         self.config = config
         self.children: List[Child] = []
         self._stopping = False
         self.runtime = RuntimeDir(config.runtime_dir)
         self.data: Optional[DataDir] = (DataDir(config.data_dir)
                                         if config.durable and config.data_dir is not None else None)
-        self.listeners: Dict[str, socket.socket] = {}
+        self.listeners: Dict[str, socket.socket] = dict(listeners or {})
         self._failure: Optional[StartupError] = None   # a child that must not be restarted
         #: in a cluster: the cluster file and this node's entry (None: one host)
         self.cluster: Optional[ClusterSpec] = None
@@ -245,7 +243,7 @@ class Supervisor:
 
     def _children(self) -> List[Child]:
         config = self.config
-        python = sys.executable
+        python = python_command()
         level = config.log_level
         sockets = [self.runtime.file(f"shard-{i}.sock") for i in range(config.shards)]
         place: Optional[ClusterPlace] = None
@@ -254,7 +252,7 @@ class Supervisor:
             place = ClusterPlace(file=self.cluster.path, node=config.node)
         placement = (["--cluster", place["file"], "--node", place["node"]] if place is not None
                      else ["--numbers", self._numbers_file()])
-        children = [Child(f"shard-{i}", [python, "-m", "queueserver.shard", "--index", str(i),
+        children = [Child(f"shard-{i}", [*python, "-m", "queueserver.shard", "--index", str(i),
                                          "--socket", path, "--max-queues", str(config.shard_max_queues()),
                                          "--queue-idle-timeout", repr(config.queue_idle_timeout),
                                          "--shards", str(config.shards), "--log-level", level]
@@ -305,7 +303,7 @@ class Supervisor:
             else:
                 router_config["numbers"] = self._numbers_file()
             name = "router" if config.routers == 1 else f"router-{i}"
-            children.append(Child(name, [python, "-m", "queueserver.router",
+            children.append(Child(name, [*python, "-m", "queueserver.router",
                                          "--config", json.dumps(router_config), "--log-level", level],
                                   pass_fds=tuple(fds.values()) + locks))
         return children
@@ -320,12 +318,12 @@ class Supervisor:
         common = ["--cluster", cluster.path, "--node", config.node, "--data-dir", copy,
                   "--fsync", config.fsync, "--compact-after-bytes", str(config.compact_after_bytes),
                   "--log-level", config.log_level]
-        python = sys.executable
+        python = python_command()
         if role == FOLLOWER:
-            return Child(f"follower-{ordinal}", [python, "-m", "queueserver.shard.follower",
+            return Child(f"follower-{ordinal}", [*python, "-m", "queueserver.shard.follower",
                                                  "--ordinal", str(ordinal), *common])
         return Child(f"takeover-{ordinal}", [
-            python, "-m", "queueserver.shard", "--index", str(index), "--ordinal", str(ordinal),
+            *python, "-m", "queueserver.shard", "--index", str(index), "--ordinal", str(ordinal),
             "--socket", self.runtime.file(f"takeover-{ordinal}.sock"),
             "--max-queues", str(config.shard_max_queues()),
             "--queue-idle-timeout", repr(config.queue_idle_timeout),
@@ -555,38 +553,28 @@ class Supervisor:
             etcd.close()
 
     def _bind(self) -> None:
-        """Bind and listen on every enabled protocol's port; every port that
-        cannot be had is named in one line."""
-        failures: List[Tuple[str, str, int, OSError]] = []
-        for name, listener in self.config.listeners.items():
-            if not listener.enabled:
-                continue
-            host = listener.bind or self.config.bind
-            family = socket.AF_INET6 if ":" in host else socket.AF_INET
-            sock = socket.socket(family, socket.SOCK_STREAM)
+        """Bind and listen on every enabled protocol's port (unless the
+        command line did already); every port that cannot be had is named in
+        one line."""
+        if not self.listeners:
             try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind((host, listener.port))
-                sock.listen(1024)
-            except OSError as err:
-                sock.close()
-                failures.append((name, host, listener.port, err))
-                continue
-            sock.set_inheritable(True)
-            self.listeners[name] = sock
-        if failures:
-            for sock in self.listeners.values():
-                sock.close()
-            self.listeners.clear()
-            raise StartupError(_bind_failures(failures))
+                self.listeners = bind_listeners(self.config)
+            except BindError as err:
+                raise StartupError(str(err)) from None
+
+    def _bind_metrics(self) -> None:
         metrics = self.config.metrics
         if metrics.enabled:   # bound now, served from a thread once the children start
             from .metrics.http import node_metrics
             try:
                 self.metrics = node_metrics(self.config, self.runtime.file)
             except OSError as err:
-                raise StartupError(_bind_failure("metrics", metrics.bind or self.config.bind,
+                raise StartupError(bind_failure("metrics", metrics.bind or self.config.bind,
                                                  metrics.port, err)) from None
+
+    def _close_listeners(self) -> None:
+        for sock in self.listeners.values():
+            sock.close()
 
     def _write_ports(self) -> None:
         """``ports.json``, once every router serves: the port each protocol got
@@ -606,7 +594,12 @@ class Supervisor:
         signal.signal(signal.SIGINT, self._on_signal)
         if self.config.cluster is not None:
             self._join_cluster()
-        self.runtime.acquire()
+        try:
+            self._bind()   # first: a client connecting from now on waits in the backlog
+            self.runtime.acquire()
+        except BaseException:
+            self._close_listeners()
+            raise
         try:
             if self.data is not None:
                 try:
@@ -617,7 +610,7 @@ class Supervisor:
                 except (LayoutError, OSError) as err:
                     raise StartupError(str(err)) from None
                 log.info("data directory %s, fsync %s", self.data.path, self.config.fsync)
-            self._bind()
+            self._bind_metrics()
             if self.data is None:
                 log.warning("no data directory: jobs are kept in memory only and are lost when a "
                             "shard or the server stops (--data-dir DIR keeps them)")
@@ -656,8 +649,7 @@ class Supervisor:
             if self.metrics is not None:
                 self.metrics.stop()
             self._stop_all()
-            for sock in self.listeners.values():
-                sock.close()
+            self._close_listeners()
             self.runtime.release()
             if self.data is not None:
                 self.data.release()
@@ -738,33 +730,3 @@ class Supervisor:
             process.kill()
             process.wait()
         log.info("%s exited with status %s", child.name, process.returncode)
-
-
-def _bind_failure(protocol: str, host: str, port: int, err: OSError) -> str:
-    """Why ``protocol`` cannot listen on ``host:port``, and which setting to change."""
-    return _bind_failures([(protocol, host, port, err)])
-
-
-def _bind_failures(failures: List[Tuple[str, str, int, OSError]]) -> str:
-    """One line for every port that cannot be had: grouped by reason, each
-    group naming its protocols' addresses and the settings to change."""
-    by_reason: Dict[Tuple[int, str], List[Tuple[str, str, int]]] = {}
-    for protocol, host, port, err in failures:
-        by_reason.setdefault((err.errno or 0, _reason(err)), []).append((protocol, host, port))
-    parts = []
-    for (code, reason), group in by_reason.items():
-        where = ", ".join(f"{protocol} on {host}:{port}" for protocol, host, port in group)
-        flags = ", ".join(f"--{protocol}-port" for protocol, _, _ in group)
-        several = len(group) > 1
-        if code == errno.EADDRINUSE:
-            advice = (f"address already in use (another server running? pick "
-                      f"{'other ports with' if several else 'another port with'} {flags})")
-        elif code == errno.EADDRNOTAVAIL:
-            advice = f"{group[0][1]} is not an address of this machine (pick another with --bind)"
-        elif code == errno.EACCES:
-            advice = (f"permission denied (ports below 1024 need privileges; pick "
-                      f"{'other ports with' if several else 'another port with'} {flags})")
-        else:
-            advice = reason
-        parts.append(f"cannot listen for {where}: {advice}")
-    return "; ".join(parts)

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from queueserver import __version__
+from queueserver import BUILD, __version__
 from queueserver.client import Client
 from serverproc import ServerProcess, one_line_error, run_cli
 from wire import new_id, qname
@@ -18,7 +18,9 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 def test_version_and_usage():
     version = run_cli("--version")
     assert version.returncode == 0
-    assert version.stdout == f"queueserver {__version__}\n"
+    # the version, then what runs: compiled, or plain Python and why (this process decided alike)
+    assert version.stdout == f"queueserver {__version__}\n{BUILD}\n"
+    assert BUILD.startswith(("compiled (mypyc): ", "plain Python: "))
     usage = run_cli("--help")
     assert usage.stdout.startswith("usage: queueserver [-h] [--version] {serve,worker,history,cluster} ...\n")
     line = one_line_error(run_cli())

@@ -4,6 +4,8 @@ restart, and never back to older news (real nodes on 127.0.0.1-3, a real etcd)."
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import time
 import uuid
 from pathlib import Path
@@ -19,7 +21,8 @@ from queueserver.cluster.coordination import Etcd, compare_and_put, read_with_re
 from queueserver.cluster.slots import slot_of
 from queueserver.metrics.control import ask
 from serverproc import wait_for
-from test_failover import in_sync, names_on, replicated
+from test_failover import ids_on, in_sync, names_on, replicated
+from wire import Wire, add
 
 
 def control(nodes: Nodes, name: str) -> str:
@@ -158,3 +161,40 @@ def test_the_watch_comes_back_after_an_etcd_restart(tmp_path: Path, etcd: EtcdSe
             store.close()
         sees(nodes, nodes.names, 8195, (0, 7))
         assert nodes.log("a").count("etcd watch lost") == 1
+
+
+def test_a_node_gone_without_a_word_holds_no_request_once_its_lease_lapses(
+        tmp_path: Path, etcd: EtcdServer) -> None:
+    """Issue 26 (6), a home known to be down from etcd: node a is stopped
+    (SIGSTOP: a host gone without a reset, so b's links to it stay up and
+    nothing on them is answered). Once a's lease lapses, b drops its links
+    to a's shard: the add b's router sent to a's queue is answered that its
+    outcome is unknown, the next one 'Shard 0 unavailable' at once, and an
+    add to b's queue whose id is at home on a's shard (its claim sent, never
+    answered) goes on. Before, both waited for as long as TCP kept the links."""
+    with on_etcd(tmp_path, etcd) as nodes:
+        nodes.start()
+        told(nodes, nodes.names)
+        ours, theirs = names_on(1, 1, founders=2)[0], names_on(0, 1, founders=2)[0]
+        id = ids_on(0, 1, founders=2)[0]
+        proc = nodes.procs["a"]
+        assert proc.process is not None
+        pids = [proc.process.pid, *proc.child_pids().values()]
+        wire = Wire(socket.create_connection(nodes.address("b"), timeout=10))
+        try:
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            stopped = time.monotonic()
+            wire.send(add(str(uuid.uuid4()), theirs))
+            with Client(*nodes.address("b"), timeout=10) as b:
+                b.add(id, ours, b"mine", 60_000, 600_000)
+                took = time.monotonic() - stopped
+            assert wire.reply() == b"-SERVER-ERROR Outcome unknown: shard 0 went down before answering\r\n"
+            assert wire.call(add(str(uuid.uuid4()), theirs)) == b"-SERVER-ERROR Shard 0 unavailable\r\n"
+            print(f"answered {took:.2f} s after node a stopped (lease_ttl 3 s)")
+            assert took < 6, took
+            assert "node a holds no etcd lease any more: dropping the link to shard 0" in nodes.log("b")
+        finally:
+            wire.close()
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)

@@ -78,18 +78,30 @@ def block(data: bytes) -> bytes:
 
 def with_block(head: bytes, data: bytes, flags: bytes = b"") -> bytes:
     """``head`` (a line without its end) with its size and flags, and the
-    block when the line's positional count makes its size readable (else
-    the block's lines would be requests of their own)."""
-    line_ = head + b" " + str(len(data)).encode() + flags
-    return line_ + b"\r\n" + (block(data) if size_readable(line_) else b"")
+    block its line makes readable (see :func:`framed`)."""
+    return framed(head + b" " + str(len(data)).encode() + flags, data)
 
 
-def size_readable(line_: bytes) -> bool:
-    """Whether a block command's line has a readable size: the right number
-    of positional tokens (``-key=value`` flags aside), the last a number."""
+def framed(line_: bytes, data: bytes) -> bytes:
+    """A block command's line and what the codec reads as its block: none
+    when the size is unreadable (the block's lines would be requests of
+    their own), ``data`` when the readable size is its length, else that
+    many bytes (a miscounted line's size is read where the size belongs)."""
+    size = readable_size(line_)
+    if size is None:
+        return line_ + b"\r\n"
+    return line_ + b"\r\n" + block(data if size == len(data) else b"x" * size)
+
+
+def readable_size(line_: bytes):
+    """The size a block command's line gives, or None: at least the right
+    number of positional tokens (``-key=value`` flags aside), the one at the
+    size's place a number."""
     positional = positional_tokens(line_)
-    word = line_.split(b" ", 1)[0]
-    return len(positional) == BLOCK_ARGS[word] and re.fullmatch(rb"\+?[0-9]+", positional[-1]) is not None
+    count = BLOCK_ARGS[line_.split(b" ", 1)[0]]
+    if len(positional) < count or re.fullmatch(rb"\+?[0-9]+", positional[count - 1]) is None:
+        return None
+    return int(positional[count - 1])
 
 
 def positional_tokens(line_: bytes) -> list:
@@ -100,18 +112,13 @@ def positional_tokens(line_: bytes) -> list:
 
 def odd_block(word: bytes, words: list, flags: list, data: bytes) -> bytes:
     """A block command with any argument count, flags (well-formed or not)
-    after its size. One request: with the right positional count its size
-    is readable and its block follows; with any other count no size is
-    read, so no block follows (it would be lines of its own)."""
+    after its size. One request: whatever its line's readable size (see
+    :func:`framed`) is followed by that block, an unreadable one by none."""
     while flags and not flags[0][1:2].isalpha():   # flags start with a flag-like token
         flags = flags[1:]
     if word in (b"add", b"schedule", b"run"):
         words = [b"id", b"name"] + words            # a block command names its job first
-    size = str(len(data)).encode()
-    head = line(word, *words, size, *flags)
-    if size_readable(head.rstrip(b"\r\n")) and positional_tokens(head)[-1] != size:
-        head = line(word, *words, b"extra", size, *flags)   # a bare number among the flags: miscount it
-    return head + block(data) if size_readable(head.rstrip(b"\r\n")) else head
+    return framed(line(word, *words, str(len(data)).encode(), *flags).rstrip(b"\r\n"), data)
 
 
 def no_workq_block(garbage: bytes) -> bytes:

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 import shutil
 import subprocess
 import sys
 
-import sysconfig
-
 import pytest
 
 import queueserver
+from installs import can_compile, compiled_sources
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "README.md", "queueserver")
@@ -47,26 +45,19 @@ def test_an_editable_install_uses_the_build_backend(tmp_path):
     assert check.stdout.startswith("queueserver ")
 
 
-def _compiled_list() -> list:
-    with open(os.path.join(REPO, "setup.py")) as f:
-        text = f.read()
-    return sorted(set(re.findall(r'"(queueserver/[a-z_/]+)\.py"', text)))
-
-
 @pytest.mark.skipif(os.environ.get("QS_PURE_PYTHON", "0") not in ("", "0"), reason="plain Python asked for")
 def test_the_installed_hot_path_is_compiled():
     """Where a C compiler and Python's headers are (they are wherever
     ``make test`` runs), the install compiled every module setup.py names,
     and those compiled modules are what runs: a build that silently fell
     back to plain Python, or a stale one, fails here."""
-    if shutil.which(os.environ.get("CC", "cc")) is None or \
-            not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")):
+    if not can_compile():
         pytest.skip("no C compiler or no Python headers here: the install is plain Python by design")
     assert queueserver.COMPILED, queueserver.WHY_PURE
-    modules = _compiled_list()
+    modules = compiled_sources()
     assert len(modules) >= 30
     for path in modules:
-        module = importlib.import_module(path.replace("/", "."))
+        module = importlib.import_module(path[:-len(".py")].replace("/", "."))
         assert module.__file__ is not None and module.__file__.endswith(".so"), (path, module.__file__)
 
 

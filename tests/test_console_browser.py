@@ -20,6 +20,7 @@ import re
 import socket
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from typing import Any, Dict, Iterator, List
@@ -164,6 +165,35 @@ def test_overview_refreshes_itself_and_sorts(console, page):
     assert names == sorted(names)
 
 
+@pytest.mark.parametrize("width", [1920, 1280])
+def test_the_overview_table_fits_the_window_with_no_sideways_scroll(console, browser, width):
+    """Every column, the shard last, is in sight at a desktop's width: the
+    table's card does not scroll sideways (a long queue name is cut with an
+    ellipsis; the protocols wrap)."""
+    name = "notifications-for-customers-in-europe-west-" + "x" * 40
+    console.add_workq(name, 2)
+    console.add_takeanumber(name, 1)
+    context = browser.new_context(viewport={"width": width, "height": 1080})
+    try:
+        tab = context.new_page()
+        tab.goto(console.url("/"))
+        expect(tab.locator(f'tr[data-queue="{name}"]')).to_have_count(1)
+        fit = tab.evaluate("""() => {
+            const card = document.querySelector('#live .card.flush');
+            const shard = [...card.querySelectorAll('thead th')].pop();
+            return {scroll: card.scrollWidth, client: card.clientWidth, label: shard.textContent,
+                    right: shard.getBoundingClientRect().right, edge: card.getBoundingClientRect().right,
+                    window: window.innerWidth, page: document.documentElement.scrollWidth};
+        }""")
+        assert fit["label"].strip().lower() == "shard"
+        assert fit["scroll"] <= fit["client"], fit                       # no scrollbar in the card
+        assert fit["right"] <= fit["edge"] <= fit["window"], fit          # the last column in sight
+        assert fit["page"] <= fit["window"], fit                          # nor in the page
+        screenshot(tab, f"console-overview-{width}")
+    finally:
+        context.close()
+
+
 def test_search_finds_a_job_by_id_and_by_number(console, page):
     id = console.emails[3]
     page.goto(console.url("/"))
@@ -231,13 +261,15 @@ def test_a_takeanumber_job_with_its_lease(console, page):
         id = line[1:].split(b" ")[0].decode()
         page.goto(console.url(f"/jobs/{id}"))
         assert "LEASED" in page.inner_text("main").upper()
+        host, port = sock.getsockname()[:2]
+        lease = page.locator("#lease").inner_text()   # the holder is known at once, history or not
+        assert "takeanumber" in lease and f"{host}:{port}" in lease
 
-        def holder_named() -> bool:   # the history line naming the holder is written a moment later
+        def history_names_the_lease() -> bool:   # the history line is written a moment later
             page.reload()
-            return "takeanumber" in page.locator("#lease").inner_text()
+            return "leased" in page.locator("#history").inner_text()
 
-        wait_for(holder_named, 15, "the lease holder's protocol on the job page")
-        assert "reserved" in page.locator("#history").inner_text() or "leased" in page.locator("#history").inner_text()
+        wait_for(history_names_the_lease, 15, "the lease's line in the job's history")
         screenshot(page, "console-job-leased")
 
 
@@ -343,7 +375,7 @@ def test_a_busy_queue_charts_its_rates(console, page):
     wait_for(lambda: len(console.api("/api/queues/webhooks/rates")["rates"]) >= 4, 30, "four rate samples")
     page.goto(console.url("/queues/webhooks"))
     assert page.locator("#chart svg path").count() >= 3   # added, completed, failed
-    with page.expect_response(re.compile(r"/api/queues/webhooks/rates\?format=svg")) as refreshed:
+    with page.expect_response(re.compile(r"/api/series\?queue=webhooks&range=1h&format=html")) as refreshed:
         pass   # the chart asks again on its own within 2 s
     assert refreshed.value.status == 200
     screenshot(page, "console-queue")
@@ -353,6 +385,42 @@ def test_a_busy_queue_charts_its_rates(console, page):
     page.wait_for_timeout(2500)   # one live refresh
     assert float(page.locator('tr[data-queue="webhooks"] td').nth(6).get_attribute("data-v")) > 0   # added/s
     screenshot(page, "console-overview")
+
+
+def test_the_overview_charts_throughput_and_jobs_held_over_long_ranges(console, page):
+    """The node's throughput and its jobs by state over time, on the overview,
+    for ranges past the last 30 minutes; a queue's own jobs held on its page."""
+    wait_for(lambda: len(console.api("/api/series?range=1h")["points"]) >= 4, 30, "four samples")
+    series = console.api("/api/series?range=1h")
+    assert series["step"] == 5 and series["range"] == "1h"
+    last = series["points"][-1]
+    assert last["added"] > 0 and last["depth"] > 0
+    assert last["depth"] == last["ready"] + last["scheduled"] + last["leased"] + last["finished"]
+    queue = console.api("/api/series?queue=webhooks&range=24h")["points"]
+    assert queue and queue[-1]["depth"] > 0 and queue[-1]["ready"] is None
+    assert urllib.request.urlopen(console.url("/api/series?range=7d"), timeout=10).status == 200
+    with pytest.raises(urllib.error.HTTPError) as bad:
+        urllib.request.urlopen(console.url("/api/series?range=2y"), timeout=10)
+    assert bad.value.code == 400
+
+    page.goto(console.url("/"))
+    charts = page.locator("#charts")
+    assert charts.locator("svg").count() == 2   # throughput, and jobs held
+    assert charts.locator("svg").first.locator("path").count() >= 3
+    for state in ("Ready", "Scheduled", "Leased", "Finished"):
+        assert charts.locator("svg").nth(1).locator(f"path:has(title:text-is('{state}'))").count() >= 1
+    charts.locator("nav.ranges a", has_text="24h").click()
+    page.wait_for_url(re.compile(r"\?range=24h$"))
+    assert page.locator("#charts nav.ranges b").inner_text() == "24h"
+    assert page.locator("#charts svg").count() == 2
+    with page.expect_response(re.compile(r"/api/series\?range=24h&format=html")) as refreshed:
+        pass   # the charts ask again on their own within 2 s
+    assert refreshed.value.status == 200
+    screenshot(page, "console-overview-charts")
+    page.goto(console.url("/queues/webhooks?range=6h"))
+    assert page.locator("#charts nav.ranges b").inner_text() == "6h"
+    assert page.locator("#charts svg").nth(1).locator("path:has(title:text-is('Jobs'))").count() >= 1
+    screenshot(page, "console-queue-charts")
 
 
 # ------------------------------------------------------------- a cluster
@@ -402,3 +470,17 @@ def test_a_cluster_of_two_nodes(tmp_path, page):
         queue_link = page.locator("#details a").first.get_attribute("href")
         assert queue_link.startswith(f"http://{nodes.host['b']}:{metrics['b']}/queues/")
         screenshot(page, "console-job-on-another-node")
+
+        # a lease taken through node a's router of a queue on node b: b's shard is told who over the TCP link
+        from wire import Wire
+        worker = Wire(socket.create_connection(nodes.address("a"), timeout=10))
+        try:
+            reply = worker.call(f"lease {placed[id]} 1000\r\n".encode())
+            assert reply.startswith(f"+OK 1\r\n{id}".encode()), reply
+            lease = json.loads(urllib.request.urlopen(
+                f"http://{nodes.host['b']}:{metrics['b']}/api/job?id={id}", timeout=10).read())["lease"]
+            host, port = worker.sock.getsockname()[:2]
+            assert lease["connection"] == f"{host}:{port}" and lease["protocol"] == "workq", lease
+            assert lease["client"].startswith("a/0-") and lease["via"] == "router", lease
+        finally:
+            worker.close()

@@ -148,7 +148,7 @@ def test_the_json_api(node):
     ("/queues/http-bad?page=999999999", 400),
     ("/queues/%ff%fe", 404),
     ("/history/report", 404),
-    ("/search?" + "&".join(f"f{i}=1" for i in range(100)), 400),
+    ("/search?" + "&".join(f"f{i}=1" for i in range(300)), 400),   # past MAX_FIELDS (a page of picked jobs and more)
 ])
 def test_bad_input_is_a_page_with_a_status(node, path, status):
     node.add("http-bad", 1)
@@ -215,7 +215,8 @@ def test_a_form_post_needs_the_token_csrf_and_same_origin(node):
     for fields, origin in refusals:
         status, headers, body = no_traceback(node.form(path, fields, origin))
         assert status == 403, (fields, origin, body[:300])
-        assert headers["content-type"] == "text/html; charset=utf-8"
+        # a browser's post (it says where it comes from) gets a page; a script's, JSON
+        assert headers["content-type"] == ("text/html; charset=utf-8" if origin else "application/json")
         assert node.exists(id)
     status, headers, _ = node.form(path, {"token": TOKEN, "csrf": csrf, "queue": "http-form"}, origin=None,
                                    Referer=f"{node.origin}/jobs/{id}")
@@ -284,3 +285,50 @@ def test_a_malformed_body_is_a_clear_error(node):
                                                 {"Content-Type": "application/x-www-form-urlencoded",
                                                  "Origin": node.origin}))
     assert status == 400
+
+
+# ------------------------------------------------- a missing token, hang-ups
+def test_a_post_without_a_token_is_told_the_token_is_missing(node):
+    id = node.add("http-no-token", 1)[0]
+    # as `curl -X POST` sends it: no token, no body, no Origin: a script, answered in JSON
+    status, headers, body = no_traceback(node.request("POST", f"/jobs/{id}/delete", headers={"Accept": "*/*"}))
+    assert status == 403 and headers["content-type"] == "application/json", body[:300]
+    error = json.loads(body)["error"]
+    assert error.startswith("Token missing") and "X-Queueserver-Token" in error and "Origin" not in error
+    status, _, body = no_traceback(node.request("POST", "/queues/http-no-token/purge", b"confirm=http-no-token",
+                                                {"Content-Type": "application/x-www-form-urlencoded"}))
+    assert status == 403 and json.loads(body)["error"].startswith("Token missing")
+    # a browser's form with no token (from our own page): a page that says so
+    csrf = node.csrf(f"/jobs/{id}")
+    status, headers, body = no_traceback(node.form(f"/jobs/{id}/delete", {"csrf": csrf}))
+    assert status == 403 and headers["content-type"] == "text/html; charset=utf-8"
+    assert b"Token missing" in body and b"Origin" not in body
+    assert node.exists(id)
+
+
+def test_a_client_that_hangs_up_is_one_quiet_line_not_a_traceback(node):
+    """A browser that leaves a page mid-request or mid-answer resets its
+    connection: the server goes on, and its log shows no traceback."""
+    import socket
+    import struct
+    import time
+    node.add("http-hangup", 3)
+    before = len(node.proc.log())
+
+    def reset(sock: socket.socket) -> None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+
+    half = socket.create_connection((node.host, node.port), timeout=5)   # mid-request
+    half.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
+    time.sleep(0.2)
+    reset(half)
+    reader = socket.create_connection((node.host, node.port), timeout=5)   # mid-answer: answers pile up unread
+    reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+    reader.sendall(b"GET /queues/http-hangup HTTP/1.1\r\nHost: x\r\n\r\n" * 200)
+    time.sleep(0.5)
+    reset(reader)
+    wait_for(lambda: node.get("/")[0] == 200, 10, "the console to answer again")
+    time.sleep(0.3)
+    log = node.proc.log()[before:]
+    assert "Traceback" not in log and "ConnectionResetError" not in log and "BrokenPipeError" not in log, log

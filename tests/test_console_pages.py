@@ -32,7 +32,7 @@ def queue_row(name: str = "emails", **kw: Any) -> QueueRow:
 
 def job_row(id: str = "7f3c0d2e-0000-4000-8000-000000000001", **kw: Any) -> JobRow:
     row: Dict[str, Any] = dict(id=id, number=7, queue="emails", state="ready", priority=0, attempts=0,
-                               age_s=3.0, ttr_left_s=None, ttl_left_s=60.0)
+                               age_s=3.0, ttr_left_s=None, ttl_left_s=60.0, outcome=None, error=None)
     row.update(kw)
     return row   # type: ignore[return-value]
 
@@ -92,6 +92,40 @@ def test_every_page_escapes_names_ids_payloads_and_messages():
                                         "links": [{"source": EVIL, "target": EVIL, "state": EVIL}],
                                         "nodes": [{"name": EVIL, "host": EVIL, "up": True, "console": EVIL,
                                                    "shards": []}]}, EVIL))
+
+
+def test_the_failed_workers_and_chart_pages_escape_what_clients_sent():
+    """Errors, payload filters, addresses and protocols come from clients: escaped everywhere."""
+    failed = job_row(EVIL, queue=EVIL, state="finished", outcome="failed", error=EVIL)
+    shown = {"text": EVIL, "older": EVIL, "newer": EVIL, "priority": EVIL, "outcome": EVIL, "queue": EVIL}
+    page_of = job_page([failed], 1, state="failed", queue=EVIL)
+    only_our_script(pages.queue_page(page_of, queue_row(EVIL), [], EVIL, EVIL, shown=shown))
+    only_our_script(pages.failed_page({**page_of, "queue": None}, EVIL, EVIL, shown))
+    holder = {"address": EVIL, "protocol": EVIL, "client": EVIL, "via": EVIL, "left_s": 1.0}
+    only_our_script(pages.workers_page({
+        "connections": [{"router": EVIL, "connection": 1, "protocol": EVIL, "address": EVIL, "connected_s": 1.0,
+                         "served_by": EVIL, "leases": 1}], "connections_total": 1,
+        "leases": [{"job": job_row(EVIL, queue=EVIL, state="leased"), "shard": 0, "leased_s": 1.0,
+                    "holder": holder}],
+        "leases_total": 1, "leases_unknown": 0, "processes": [{"name": EVIL, "up": True, "connections": 1,
+                                                               "leases": 1}]}, EVIL))
+    only_our_script(pages.job_page(detail(job=job_row(state="leased", ttr_left_s=1.0), lease={
+        "connection": EVIL, "protocol": EVIL, "ttr_left_s": 1.0, "client": EVIL, "via": EVIL, "leased_s": 2.0,
+        "connected_s": 3.0, "left_s": 1.0}), EVIL, EVIL))
+    assert EVIL not in pages.failed_page({**page_of, "queue": None}, "n", "c", shown)
+
+
+def test_failed_lists_show_outcome_error_and_bulk_actions():
+    failed = job_row("7f3c0d2e-0000-4000-8000-00000000000f", state="finished", outcome="failed",
+                     error="HTTP 502 from the receiver")
+    done = job_row("7f3c0d2e-0000-4000-8000-00000000000d", state="finished", outcome="completed")
+    html = pages.queue_page(job_page([failed, done], 2, state="finished"), queue_row(), [], "n", "c")
+    assert "HTTP 502 from the receiver" in html and ">failed</span>" in html and ">completed</span>" in html
+    assert 'name=action value=retry-all' in html and 'name=action value=delete-all' in html
+    assert html.count('type=checkbox name=id') == 2 and 'class=select-all' in html
+    ready = pages.queue_page(job_page([job_row()], 1, state="ready"), queue_row(), [], "n", "c")
+    assert "retry-all" not in ready and "delete-all" in ready   # nothing to retry among ready jobs
+    assert "Outcome" not in ready
 
 
 def test_queue_links_percent_encode_the_name():

@@ -30,6 +30,7 @@ import tomllib
 
 import pytest
 
+from dockerfile import dockerignore, instructions
 from queueserver.cli import build_config, build_parser
 from queueserver.config import DEFAULT_METRICS_PORT
 from queueserver.protocols import DEFAULT_PORTS
@@ -244,31 +245,8 @@ def test_systemd_analyze_security_rates_the_sandbox_ok(tmp_path, name):
 
 
 # ------------------------------------------------------------------ Dockerfile
-def _instructions(path: str) -> list:
-    """(INSTRUCTION, arguments) in order: comments dropped, continuations joined."""
-    result, pending = [], ""
-    for line in _text(path).splitlines():
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        if stripped.endswith("\\"):
-            pending += stripped[:-1] + " "
-            continue
-        whole = pending + stripped
-        pending = ""
-        word, _, rest = whole.partition(" ")
-        result.append((word.upper(), rest.strip()))
-    assert not pending, "a continuation line runs off the end"
-    return result
-
-
-def _dockerignore() -> list:
-    return [line.strip() for line in _text(os.path.join(ROOT, ".dockerignore")).splitlines()
-            if line.strip() and not line.startswith("#")]
-
-
 def test_the_dockerfile_has_the_required_instructions(tmp_path):
-    steps = _instructions(os.path.join(DEPLOY, "Dockerfile"))
+    steps = instructions()
     froms = [args for word, args in steps if word == "FROM"]
     assert froms and all(args.split()[0] == "python:3.11-slim-bookworm" for args in froms)
     final = max(i for i, (word, _) in enumerate(steps) if word == "FROM")
@@ -283,7 +261,7 @@ def test_the_dockerfile_has_the_required_instructions(tmp_path):
     assert any(word == "RUN" and "pip wheel" in args and args.rstrip().endswith(" .")
                for word, args in steps[:final])
     # The sources copied exist in the context and the .dockerignore keeps them.
-    ignored = _dockerignore()
+    ignored = dockerignore()
     for word, args in steps[:final]:
         if word == "COPY" and "--from" not in args:
             for src in args.split()[:-1]:
@@ -385,7 +363,7 @@ def test_the_compose_file_runs_the_three_nodes_of_its_cluster_file():
         (volume,) = member["volumes"]
         assert volume.split(":")[0] in compose["volumes"]
 
-    entrypoint = json.loads(dict(_instructions(os.path.join(DEPLOY, "Dockerfile")))["ENTRYPOINT"])
+    entrypoint = json.loads(dict(instructions())["ENTRYPOINT"])
     host_ports, volumes = [], []
     for name, service in services.items():
         # The build context is the repository root and holds the Dockerfile.

@@ -106,3 +106,37 @@ def test_a_home_that_restarts_still_knows_its_ids(tmp_path):
         w.close()
     finally:
         proc.stop()
+
+
+def test_jobs_made_while_their_home_restarts_are_found_by_id_after(tmp_path):
+    """Shard 0, the home of some ids, is killed: adds of such ids to shard
+    1's queues go on unchecked (a home known to be down holds no add), and
+    once shard 0 is back each of those jobs is found by id from any
+    connection, and its id refused as a duplicate."""
+    proc = ServerProcess(shards=2, protocols=["workq"], extra=["--data-dir", str(tmp_path / "d")]).start()
+    try:
+        zero, one = names_by_shard(2)
+        w = Wire(proc.connect())
+        assert w.call(add(homed(0, 2), one)) == b"+OK\r\n"   # shard 1's link to its home is up
+        made = []
+
+        def ask() -> bytes:   # adds of ids homed on the restarting shard, to shard 1's queue
+            id = homed(0, 2)
+            reply = w.call(add(id, one))
+            if reply == b"+OK\r\n":
+                made.append(id)
+            return w.call(f"inspect queue {zero}\r\n".encode())   # answered once shard 0 serves again
+
+        replies_across_shard_restart(proc, 0, ask, lambda reply: not reply.startswith(b"-SERVER-ERROR"))
+        for _ in range(5):
+            ask()
+        assert len(made) >= 5
+        for id in made:
+            other = Wire(proc.connect())   # a new connection: it knows nothing of the job
+            wait_for(lambda: inspect_field(other, id, "name") == one.encode(), 10, f"job {id} to be found")
+            assert other.call(add(id, zero)) == b"-CLIENT-ERROR Duplicate job\r\n"
+            assert other.call(f"delete {id}\r\n".encode()) == b"+OK\r\n"
+            other.close()
+        w.close()
+    finally:
+        proc.stop()

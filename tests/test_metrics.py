@@ -24,6 +24,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+import queueserver
 from queueserver.client import Client
 from queueserver.metrics import FSYNC_BUCKETS, LATENCY_BUCKETS, MAX_QUEUE_LABELS
 from queueserver.metrics.collect import NodeCollector, NodeView, families
@@ -175,6 +176,8 @@ def test_metrics_and_status_show_exactly_the_work_done(durable):
     # /status: the same numbers
     doc = status(proc)
     assert doc["node"] == "local" and doc["version"] and doc["uptime_seconds"] >= 0
+    # compiled or plain, and why: as this process (same install, same environment) decided
+    assert (doc["compiled"], doc["why_pure"]) == (queueserver.COMPILED, queueserver.WHY_PURE)
     totals = doc["totals"]
     assert [totals[k] for k in ("added", "leased", "completed", "failed", "expired")] == [31, 20, 15, 3, 1]
     for q, c in counts.items():

@@ -107,3 +107,26 @@ def test_a_shard_stopping_with_busy_timers_logs_no_error(tmp_path):
     log = proc.log()
     assert "shard 0 exiting" in log
     assert " ERROR " not in log and "Traceback" not in log, log
+
+
+def test_a_clean_stop_says_nothing_alarming_and_a_killed_shard_still_does(tmp_path):
+    """At SIGTERM the shards and routers stop together: no process logs a
+    lost shard (a shard says it stops before it goes). A shard killed with
+    SIGKILL is still reported as lost, once, by the others."""
+    proc = ServerProcess(shards=3, extra=["--data-dir", str(tmp_path / "data")]).start()
+    try:
+        wire = Wire(proc.connect())
+        for _ in range(30):   # jobs on every shard, their ids' homes asked across shards
+            assert wire.call(add(new_id(), qname())) == b"+OK\r\n"
+        before = len(proc.log())
+        os.kill(proc.child_pids()["shard-1"], signal.SIGKILL)
+        wait_for(lambda: "lost shard 1" in proc.log()[before:], 10, "the kill to be noticed")
+        wait_for(lambda: wire.call(add(new_id(), qname())) == b"+OK\r\n", 10, "the restarted shard")
+        wire.close()
+        stopping = len(proc.log())
+    finally:
+        assert proc.stop() == 0
+    tail = proc.log()[stopping:]
+    assert "received SIGTERM" in tail and "shard 2 exiting" in tail
+    alarming = [line for line in tail.splitlines() if " WARNING " in line or " ERROR " in line]
+    assert not alarming, "\n".join(alarming)

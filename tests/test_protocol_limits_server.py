@@ -141,19 +141,26 @@ def test_taskflux_data_limit(server, limit):
 
 
 def test_workq_refused_block_command_answers_once_per_line(server):
-    """The wrong argument count leaves no size to read: the line is answered
-    at once and its would-be block is a line of its own, as the protocol
-    decisions say; the connection stays in step."""
+    """Too few arguments leave no size to read: the line is answered at once
+    and its would-be block is a line of its own. Too many leave the size
+    readable at its place: the block is read and the add answered once. In
+    both, the connection stays in step and nothing is added."""
     w = wire(server, "workq", Wire)
     try:
         q = qname()
-        for bad in (f"add {new_id()} {q} 1000 60000 4 -priority 5\r\npong\r\n",
-                    f"add {new_id()} my {q} 1000 60000 4\r\npong\r\n",
-                    f"complete {new_id()} x 4\r\npong\r\n"):
-            w.send(bad.encode() + f"inspect queue {q}\r\n".encode())
-            assert w.reply() == b"-CLIENT-ERROR Invalid command args\r\n"
-            assert w.reply() == b"-CLIENT-ERROR Unknown command\r\n"
-            assert w.reply() in (b"-NOT-FOUND\r\n",
-                                 f"+OK 1\r\n{q} 2\r\nready-len 0\r\nscheduled-len 0\r\n".encode())
+        for bad, replies in ((f"add {new_id()} {q} 1000 4\r\npong\r\n",
+                              [b"-CLIENT-ERROR Invalid command args\r\n", b"-CLIENT-ERROR Unknown command\r\n"]),
+                             (f"complete {new_id()} x 4\r\npong\r\n",
+                              [b"-CLIENT-ERROR Invalid command args\r\n", b"-CLIENT-ERROR Unknown command\r\n"]),
+                             (f"add {new_id()} {q} 1000 60000 4 -priority 5\r\nping\r\n",
+                              [b"-CLIENT-ERROR Invalid command args\r\n"]),
+                             (f"complete {new_id()} 4 extra\r\npong\r\n",
+                              [b"-CLIENT-ERROR Invalid command args\r\n"])):
+            w.send(bad.encode() + f"add {new_id()} {q} 1000 60000 2\r\nok\r\n".encode())
+            for reply in replies:
+                assert w.reply() == reply
+            assert w.reply() == b"+OK\r\n"     # the next valid add, answered after the one error
+        w.send(f"inspect queue {q}\r\n".encode())
+        assert w.reply() == f"+OK 1\r\n{q} 2\r\nready-len 4\r\nscheduled-len 0\r\n".encode()
     finally:
         w.close()

@@ -526,19 +526,19 @@ VALIDATION = {
     "inspect-unknown-object": (b"inspect foo\r\n", "Unknown command", True),
     # --- Invalid command args: wrong argument counts
     "add-too-few": (b"add " + IDB + b" ping 1000 4\r\npong\r\n", "Invalid command args", False),
-    "add-too-many": (b"add " + IDB + b" ping 1000 60000 9 4\r\npong\r\n",
-                     "Invalid command args", False),
+    "add-too-many": (b"add " + IDB + b" ping 1000 60000 4 9\r\npong\r\n",
+                     "Invalid command args", True),
     "schedule-too-few": (b"schedule " + IDB + b" ping 1000 2000 4\r\npong\r\n",
                          "Invalid command args", False),
     "run-too-few": (b"run " + IDB + b" ping 1000 4\r\nping\r\n", "Invalid command args", False),
-    "run-too-many": (b"run " + IDB + b" ping 1000 60000 1 4\r\nping\r\n",
-                     "Invalid command args", False),
+    "run-too-many": (b"run " + IDB + b" ping 1000 60000 4 1\r\nping\r\n",
+                     "Invalid command args", True),
     "result-too-few": (b"result " + IDB + b"\r\n", "Invalid command args", True),
     "result-too-many": (b"result " + IDB + b" 1 2\r\n", "Invalid command args", True),
     "lease-no-args": (b"lease\r\n", "Invalid command args", True),
     "lease-timeout-only": (b"lease 60000\r\n", "Invalid command args", True),
     "complete-too-few": (b"complete " + IDB + b"\r\n", "Invalid command args", True),
-    "complete-too-many": (b"complete " + IDB + b" 4 4\r\npong\r\n", "Invalid command args", False),
+    "complete-too-many": (b"complete " + IDB + b" 4 4\r\npong\r\n", "Invalid command args", True),
     "fail-too-few": (b"fail " + IDB + b"\r\n", "Invalid command args", True),
     "delete-no-args": (b"delete\r\n", "Invalid command args", True),
     "delete-too-many": (b"delete " + IDB + b" " + IDB + b"\r\n", "Invalid command args", True),
@@ -959,25 +959,15 @@ def test_refused_block_command_byte_by_byte(data, message):
     assert_delete(cmds[-1])
 
 
-# A block command with the wrong argument count has no readable size, whatever
-# its line holds: it is answered at once, and the next line (its would-be
-# block, here) is a command of its own.
+# A block command with too few arguments has no readable size, whatever its
+# line holds: it is answered at once, and the next line (its would-be block,
+# here) is a command of its own.
 WRONG_COUNT = {
     "size-missing": (b"add " + IDB + b" ping 1000\r\n", "Invalid command args", []),
     "size-missing-ttl-like": (b"add " + IDB + b" ping 1000 4\r\npong\r\n", "Invalid command args",
                               ["Unknown command"]),
-    "name-with-space": (b"add " + IDB + b" my queue 1000 60000 4\r\npong\r\n", "Invalid command args",
-                        ["Unknown command"]),
-    "priority-space-form": (b"add " + IDB + b" ping 1000 60000 4 -priority 5\r\npong\r\n",
-                            "Invalid command args", ["Unknown command"]),
-    "space-form-run": (b"run " + IDB + b" ping 1000 10 4 -priority 5\r\nping\r\n",
-                       "Invalid command args", ["Unknown command"]),
-    "space-form-schedule": (b"schedule " + IDB + b" ping 1 2 2016-06-14T06:46:46Z 4 -priority 1\r\n"
-                            b"pong\r\n", "Invalid command args", ["Unknown command"]),
-    "block-with-crlf-inside": (b"add " + IDB + b" a b 1000 60000 6\r\nab\r\ncd\r\n",
-                               "Invalid command args", ["Unknown command", "Unknown command"]),
-    "complete-extra-arg": (b"complete " + IDB + b" x 4\r\npong\r\n", "Invalid command args",
-                           ["Unknown command"]),
+    "complete-size-not-a-number": (b"complete " + IDB + b" x 4\r\npong\r\n", "Invalid command args",
+                                   ["Unknown command"]),
     "fail-missing-id": (b"fail 4\r\npong\r\n", "Invalid command args", ["Unknown command"]),
     "bad-flag-and-count": (b"add " + IDB + b" ping 1000 4 -k=\r\npong\r\n", "Invalid command flags",
                            ["Unknown command"]),
@@ -993,6 +983,40 @@ def test_wrong_argument_count_is_answered_at_once(data, message, after):
     assert [c.reply for c in cmds] == [ce(message)]
     cmds = codec.receive(data[line_end:] + DELETE)
     assert [c.reply for c in cmds[:-1]] == [ce(m) for m in after]
+    assert_delete(cmds[-1])
+
+
+# Too many arguments leave the size readable at its place: the block is read
+# (or skipped when oversized) and the request answered once.
+TOO_MANY = {
+    "priority-space-form": (b"add " + IDB + b" ping 1000 60000 4 -priority 5\r\npong\r\n",
+                            "Invalid command args"),
+    "space-form-run": (b"run " + IDB + b" ping 1000 10 4 -priority 5\r\nping\r\n", "Invalid command args"),
+    "space-form-schedule": (b"schedule " + IDB + b" ping 1 2 2016-06-14T06:46:46Z 4 -priority 1\r\n"
+                            b"pong\r\n", "Invalid command args"),
+    "block-with-crlf-inside": (b"add " + IDB + b" ping 1000 60000 6 extra\r\nab\r\ncd\r\n",
+                               "Invalid command args"),
+    "complete-extra-arg": (b"complete " + IDB + b" 4 x\r\npong\r\n", "Invalid command args"),
+    "fail-extra-args": (b"fail " + IDB + b" 4 x y\r\npong\r\n", "Invalid command args"),
+    "bad-flag-first": (b"add " + IDB + b" ping 1000 60000 4 -k= 5\r\npong\r\n", "Invalid command flags"),
+    "block-mismatch": (b"add " + IDB + b" ping 1000 60000 2 -priority 5\r\npong\r\n",
+                       "Invalid command args"),
+}
+
+
+@pytest.mark.parametrize("data, message", list(TOO_MANY.values()), ids=list(TOO_MANY))
+def test_too_many_arguments_read_the_block_and_answer_once(data, message):
+    for cut in range(len(data) + 1):
+        codec = WorkqCodec()
+        cmds = codec.receive(data[:cut]) + codec.receive(data[cut:] + DELETE)
+        assert [c.reply for c in cmds[:-1]] == [ce(message)], cut
+        assert_delete(cmds[-1])
+
+
+def test_too_many_arguments_with_an_oversized_block_skip_it():
+    codec = WorkqCodec(max_payload=4)
+    cmds = codec.receive(b"add " + IDB + b" ping 1000 60000 9 x\r\n" + b"123456789\r\n" + DELETE)
+    assert [c.reply for c in cmds[:-1]] == [ce("Invalid command args")]
     assert_delete(cmds[-1])
 
 

@@ -20,7 +20,7 @@ import argparse
 import json
 import logging
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from .clusterfile import ClusterError, ClusterSpec, load_cluster
 
@@ -30,37 +30,6 @@ if TYPE_CHECKING:   # imported when run: the links need gevent
     from .slots import PlannedMove, SlotsAnswer
 
 SLOTS = 16384         # (slots.py's; kept here so that the command line loads without xxhash)
-DEFAULT_BATCH = 512   # slots per move step (rebalance.py's; the parser needs it without gevent)
-
-
-class Subcommands(Protocol):
-    """Where subcommands are added (``ArgumentParser.add_subparsers()``)."""
-
-    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser: ...
-
-
-def add_parser(sub: Subcommands) -> None:
-    p = sub.add_parser("cluster", help="show and move a cluster's slots",
-                       description="Show which shard serves which slots, and move slots (with their "
-                                   "jobs) between shards while traffic goes on.")
-    p.add_argument("action", choices=("status", "rebalance", "add-node", "remove-node", "move", "resume"),
-                   help="status: each shard's slots, jobs and moves under way; with replicas, each "
-                        "shard's followers (in-sync or catching up, and how many events behind) and "
-                        "a warning when fewer are in sync than the cluster file asks; on etcd, each "
-                        "node's lease, each shard group's primary and epoch, and whether etcd's slot "
-                        "map agrees (exit status 1 when a shard is down). rebalance: spread the slots "
-                        "evenly. add-node/remove-node NAME: give a node its share, or move its slots "
-                        "away. move: --slots to --to. resume: finish the moves a command that died "
-                        "left (etcd's plan; without etcd, the moves a giver's log shows under way)")
-    p.add_argument("node", nargs="?", metavar="NAME", help="the node to add or remove")
-    p.add_argument("--cluster", required=True, metavar="FILE", help="the cluster file")
-    p.add_argument("--slots", metavar="LIST", help="move: slots such as 0-99,512")
-    p.add_argument("--to", metavar="SHARD", help="move: the shard to move them to (node/index)")
-    p.add_argument("--batch", type=int, default=DEFAULT_BATCH, metavar="N",
-                   help=f"slots per move step (default {DEFAULT_BATCH})")
-    p.add_argument("--json", action="store_true", help="status: print JSON")
-    p.add_argument("--lease", metavar="ID", help="resume: the etcd lease (hex) on which the node's "
-                                                 "supervisor that started this resume took the moves' driver key")
 
 
 def parse_slots(text: str) -> List[int]:

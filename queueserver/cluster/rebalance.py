@@ -30,7 +30,7 @@ import logging
 from typing import Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from .admin import AdminError, Cluster
-from .command import DEFAULT_BATCH   # slots per move: a move pauses its slots for one round of steps
+from .arguments import DEFAULT_BATCH
 from .slots import SLOTS, MoveOutPart, PlannedMove, SlotsAnswer, from_ranges, to_ranges
 
 log = logging.getLogger("queueserver.cluster")

@@ -20,12 +20,11 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import sys
 import threading
 import time
 from typing import Optional
 
-from ..lifecycle import SUPERVISOR_PID
+from ..lifecycle import SUPERVISOR_PID, python_command
 from . import slotstore
 from .clusterfile import ClusterSpec
 from .coordination import REQUEST_TIMEOUT, CoordinationError, Etcd, HeldLease
@@ -102,7 +101,7 @@ class Resumer:
             log.warning("slot moves left without a driver: %s; node %s resumes them", intents.what(), self.node)
             self._lease = lease
             self._child = subprocess.Popen(
-                [sys.executable, "-m", "queueserver", "cluster", "resume", "--cluster", self.cluster.path,
+                [*python_command(), "-m", "queueserver", "cluster", "resume", "--cluster", self.cluster.path,
                  "--lease", f"{lease.id:x}"],
                 process_group=0, env=dict(os.environ, **{SUPERVISOR_PID: str(os.getpid())}))
             log.info("slot moves: resume started (pid %d)", self._child.pid)

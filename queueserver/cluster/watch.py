@@ -2,10 +2,13 @@
 
 Routers have no etcd client: each node's supervisor watches the keys that
 say where things are (``<prefix>/slotmap``, :mod:`.slotstore`, and
-``<prefix>/groups/<ordinal>``, :mod:`.groups`) and tells every router of
-its node on the router's control socket, as soon as etcd has a change::
+``<prefix>/groups/<ordinal>``, :mod:`.groups`) and which nodes are alive
+(``<prefix>/nodes/<name>``, on each node's lease, :mod:`.coordination`),
+and tells every router of its node on the router's control socket, as
+soon as etcd has a change::
 
-    ["cluster", "view", runs or None, [[ordinal, epoch, primary node, copy], ...]]
+    ["cluster", "view", runs or None, [[ordinal, epoch, primary node, copy], ...],
+     [node holding a lease, ...]]
 
 the whole state each time (a router takes it in by epoch, so a view told
 twice or late changes nothing). One watch per node, not per router, and
@@ -42,7 +45,7 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import etcd3gw
 import msgpack
@@ -76,11 +79,13 @@ class WatchEnded(Exception):
 
 
 class ClusterState:
-    """What etcd says of the cluster: its slot map's runs and each group's record."""
+    """What etcd says of the cluster: its slot map's runs, each group's
+    record, and the nodes that hold a lease."""
 
     def __init__(self) -> None:
         self.runs: Optional[List[Run]] = None
         self.groups: Dict[int, Group] = {}
+        self.nodes: Set[str] = set()
 
     def take(self, key: str, value: Optional[bytes], prefix: str) -> bool:
         """Key ``key`` (under ``prefix``) now holds ``value`` (None: deleted);
@@ -101,6 +106,17 @@ class ClusterState:
                 changed = self.groups.get(ordinal) != group
                 self.groups[ordinal] = group
                 return changed
+            if name.startswith("nodes/"):   # a node's registration lives while its lease does
+                node = name[len("nodes/"):]
+                if value is None:
+                    if node not in self.nodes:
+                        return False
+                    self.nodes.discard(node)
+                    return True
+                if node in self.nodes:
+                    return False
+                self.nodes.add(node)
+                return True
         except (ValueError, KeyError, TypeError) as err:
             log.warning("etcd key %s holds what cannot be read (%s: %s); routers keep what they "
                         "knew of it", key, type(err).__name__, err)
@@ -110,7 +126,7 @@ class ClusterState:
         """The control request that tells a router this state."""
         primaries = [[ordinal, group["epoch"], group["primary"], group["copy"]]
                      for ordinal, group in sorted(self.groups.items())]
-        return ["cluster", "view", self.runs, primaries]
+        return ["cluster", "view", self.runs, primaries, sorted(self.nodes)]
 
 
 class ClusterWatch:
@@ -301,5 +317,10 @@ def _changes(before: Optional[List[Any]], after: List[Any]) -> str:
     gone = sorted({p[0] for p in old_primaries} - {p[0] for p in primaries})
     if gone:
         parts.append(f"no record of shard {', '.join(map(str, gone))}")
+    leased, old_leased = set(after[4]), set(before[4]) if before is not None else set()
+    if leased - old_leased:
+        parts.append(f"node {', '.join(sorted(leased - old_leased))} holds a lease")
+    if old_leased - leased:
+        parts.append(f"node {', '.join(sorted(old_leased - leased))} holds no lease (lapsed or stopped)")
     return "; ".join(parts) or "no change"
 

@@ -7,7 +7,8 @@ an element with ``data-src`` is refreshed from that URL every 2 s (the
 overview's live section, a queue's chart) while the tab is visible, and a
 table's sort is kept across refreshes; a token typed into one action form
 is offered in the others of the tab once an action with it succeeded
-(``sessionStorage``: gone with the tab).
+(``sessionStorage``: gone with the tab). A list's head box picks every job
+of its page, and a button with ``data-confirm`` (a bulk action) asks first.
 """
 
 CONSOLE_JS = r"""
@@ -102,8 +103,26 @@ CONSOLE_JS = r"""
     });
   }
 
+  function wireBulk() {
+    // a list's head box picks every job of the page; a button that acts on
+    // many jobs asks first (without the script, the form posts as it is)
+    document.addEventListener("change", function (e) {
+      var box = e.target;
+      if (!box.classList || !box.classList.contains("select-all")) return;
+      var table = box.closest("table");
+      Array.prototype.forEach.call(table.querySelectorAll("input[name=id]"), function (b) {
+        b.checked = box.checked;
+      });
+    });
+    document.addEventListener("click", function (e) {
+      var button = e.target.closest ? e.target.closest("button[data-confirm]") : null;
+      if (button && !window.confirm(button.getAttribute("data-confirm"))) e.preventDefault();
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     wireTables(document);
+    wireBulk();
     rememberTokens();
     Array.prototype.forEach.call(document.querySelectorAll("[data-src]"), function (el) {
       setInterval(function () { refresh(el); }, 2000);

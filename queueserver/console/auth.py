@@ -14,7 +14,9 @@ hidden field ``csrf`` the page's form was rendered with (an HMAC, under a
 secret made at process start, of the moment it was issued; valid for
 :data:`CSRF_LIFETIME`) *and* come from our own origin: its ``Origin`` (or,
 when a browser sends none, ``Referer``) must name the ``Host`` the request
-was sent to; a post with neither is refused. A request with the token in the
+was sent to; a post with neither is refused. A request with no token at all
+is refused first, as :data:`MISSING_TOKEN` says, whatever else it lacks. A
+request with the token in the
 ``X-Queueserver-Token`` header needs no CSRF field: another site's page
 cannot set that header without a CORS preflight, which the console never
 grants.
@@ -39,6 +41,10 @@ TOKEN_FIELD = "token"
 CSRF_FIELD = "csrf"
 #: How long a rendered form's CSRF token stays good (seconds).
 CSRF_LIFETIME = 12 * 3600
+
+#: What a request with no token at all is told.
+MISSING_TOKEN = (f"Token missing: this action needs a token from the console's token file, sent as the "
+                 f"{TOKEN_HEADER} header (scripts) or typed into the page's form.")
 
 _DIGITS = re.compile(r"\A[0-9]+\Z")
 
@@ -92,14 +98,14 @@ class Auth:
         ``headers``: the request's headers, keys lower-case; ``form``: its
         form fields (the first value of each)."""
         header_token = headers.get(TOKEN_HEADER.lower())
+        token = header_token if header_token is not None else form.get(TOKEN_FIELD)
+        if not token:   # said first: whatever else is wrong, this is what is missing
+            raise Forbidden(MISSING_TOKEN)
         if header_token is None:
             self.check_form(headers, form)
         if not self.enabled():
             raise Forbidden("Actions are turned off on this node: no token file is configured "
                             "([console] token_file).")
-        token = header_token if header_token is not None else form.get(TOKEN_FIELD)
-        if not token:
-            raise Forbidden("This action needs a token: enter one from the console's token file.")
         name = self.who(token)
         if name is None:
             raise Forbidden("That token is not valid on this node.")

@@ -26,7 +26,7 @@ body{margin:0;font:14px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sa
 color:var(--text);background:var(--bg)}
 a{color:var(--accent);text-decoration:none}a:hover{text-decoration:underline}
 header.top{background:#151a2d;color:#e6e9f2;border-bottom:3px solid var(--accent)}
-header.top .in{max-width:1240px;margin:0 auto;padding:0 24px;display:flex;align-items:center;gap:28px;height:58px}
+header.top .in{max-width:1680px;margin:0 auto;padding:0 24px;display:flex;align-items:center;gap:28px;height:58px}
 .brand{display:flex;align-items:center;gap:10px;color:#fff;font-weight:700;font-size:16px;letter-spacing:.2px}
 .brand:hover{text-decoration:none}
 .logo{width:26px;height:26px;border-radius:7px;background:linear-gradient(135deg,#818cf8,#4f46e5);
@@ -43,7 +43,7 @@ form.search input::placeholder{color:#8b91ad}
 form.search input:focus{border-color:#818cf8}
 form.search button{border:0;background:var(--accent);color:#fff;border-radius:0 8px 8px 0;padding:0 14px;font:inherit;
 font-weight:600;cursor:pointer}
-main{max-width:1240px;margin:0 auto;padding:26px 24px 60px}
+main{max-width:1680px;margin:0 auto;padding:26px 24px 60px}
 h1{font-size:24px;margin:0;font-weight:700;letter-spacing:-.2px;word-break:break-all}
 h1.mono{font-size:20px;letter-spacing:0}
 h2{font-size:15px;margin:0 0 14px;font-weight:650}
@@ -68,7 +68,8 @@ a.tile:hover{text-decoration:none;border-color:#c7cdf9}
 .tile::before{content:"";position:absolute;left:0;top:0;bottom:0;width:4px;background:var(--c,#cbd2e0)}
 .tile.on{border-color:var(--c);box-shadow:0 0 0 1px var(--c) inset}
 table{width:100%;border-collapse:collapse;font-variant-numeric:tabular-nums}
-th,td{padding:9px 12px;text-align:left;border-bottom:1px solid #eef0f4;white-space:nowrap}
+th,td{padding:9px 10px;text-align:left;border-bottom:1px solid #eef0f4;white-space:nowrap}
+td.wrap{white-space:normal;min-width:90px}
 th{font-size:12px;text-transform:uppercase;letter-spacing:.5px;color:var(--muted);font-weight:600;background:#fafbfc;
 user-select:none}
 th.sortable{cursor:pointer}th.sortable:hover{color:var(--text)}th.sortable:focus-visible{outline:2px solid var(--accent);outline-offset:-2px}
@@ -77,15 +78,15 @@ tr:last-child td{border-bottom:0}
 tbody tr:hover td{background:#f9fafc}
 td.n,th.n{text-align:right}
 td.id{font-family:var(--mono);font-size:13px}
-td.name{font-weight:600;max-width:320px;overflow:hidden;text-overflow:ellipsis}
+td.name{font-weight:600;max-width:280px;overflow:hidden;text-overflow:ellipsis}
 .zero{color:#b3b9c6}
 .hot{color:var(--failed);font-weight:600}
 .warm{color:#b45309;font-weight:600}
-.bar{display:flex;height:10px;border-radius:5px;overflow:hidden;background:#eef0f4;min-width:110px}
+.bar{display:flex;height:10px;border-radius:5px;overflow:hidden;background:#eef0f4;min-width:90px}
 .bar i{display:block;height:100%}
-.bar-cell{width:150px}
+.bar-cell{width:120px}
 .chip{display:inline-block;font-size:11.5px;font-weight:600;padding:1px 8px;border-radius:999px;background:#eef0f4;
-color:#475467;margin-right:4px}
+color:#475467;margin:1px 4px 1px 0}
 .badge{display:inline-block;font-size:12px;font-weight:650;padding:3px 10px;border-radius:999px;
 color:#fff;background:var(--c,#667085);text-transform:uppercase;letter-spacing:.5px}
 .dot{display:inline-block;width:8px;height:8px;border-radius:50%;background:var(--c,#cbd2e0);margin-right:6px}
@@ -114,6 +115,17 @@ border-radius:9px;padding:14px 16px;overflow:auto;max-height:420px;white-space:p
 .ptabs #pt-text:checked~.tabs label[for=pt-text],.ptabs #pt-hex:checked~.tabs label[for=pt-hex]{color:var(--text);
 border-color:var(--accent)}
 .note{color:var(--muted);font-size:12.5px;margin-top:8px}
+th.sel,td.sel{width:34px;padding-right:0}
+td.error{white-space:normal;max-width:420px;color:#b42318;font-family:var(--mono);font-size:12.5px;
+overflow-wrap:anywhere}
+.listbar{padding:12px 20px;border-bottom:1px solid var(--line)}
+form.filters{display:flex;gap:8px;flex-wrap:wrap;align-items:center;margin:0}
+form.filters input,form.filters select{border:1px solid #d0d5dd;border-radius:8px;padding:6px 9px;font:inherit;
+background:#fff}
+form.filters input[type=search]{min-width:220px}
+.bulkbar{padding:12px 20px;border-top:1px solid var(--line);background:#fafbfc}
+.bulkbar form.act{margin:0}
+.note.pad{padding:0 20px 12px}
 form.act{display:flex;gap:8px;align-items:center;flex-wrap:wrap;margin:0 0 10px}
 form.act input[type=password],form.act input[type=text]{border:1px solid #d0d5dd;border-radius:8px;padding:7px 10px;
 font:inherit;width:200px}
@@ -133,11 +145,19 @@ font-weight:600;cursor:pointer;display:inline-block}
 .live.stale::before{background:#f79009;box-shadow:0 0 0 3px #fef0c7}
 .legend{display:flex;gap:16px;font-size:12.5px;color:#475467;margin:-4px 0 8px}
 .chart svg{width:100%;height:auto;display:block}
+.grid.charts{grid-template-columns:repeat(2,minmax(0,1fr))}
+.chart h3{font-size:13px;margin:0 0 6px;color:#475467;font-weight:600}
+.chart-head{display:flex;align-items:center;gap:14px;flex-wrap:wrap;margin-bottom:10px}
+.chart-head h2{margin:0}
+nav.ranges{margin-left:auto;display:flex;gap:4px}
+nav.ranges a,nav.ranges b{padding:3px 10px;border-radius:7px;border:1px solid var(--line);font-size:12.5px}
+nav.ranges b{background:var(--accent);color:#fff;border-color:var(--accent)}
 .danger-zone{border-color:#fecdca}
 .danger-zone h2{color:#b42318}
 .muted{color:var(--muted)}
-footer{max-width:1240px;margin:0 auto;padding:0 24px 30px;color:#98a2b3;font-size:12px}
-@media (max-width:900px){.g2,.g3{grid-template-columns:1fr}form.search input{width:180px}}
+footer{max-width:1680px;margin:0 auto;padding:0 24px 30px;color:#98a2b3;font-size:12px}
+@media (max-width:1400px){th,td{padding:8px 6px}.bar{min-width:60px}.bar-cell{width:80px}}
+@media (max-width:900px){.g2,.g3,.grid.charts{grid-template-columns:1fr}form.search input{width:180px}}
 """
 
 
@@ -218,7 +238,8 @@ FAVICON = ('<link rel=icon href="data:image/svg+xml,'
            "rx='8' fill='%234f46e5'/%3E%3Ctext x='16' y='22' font-size='17' font-family='sans-serif' "
            "font-weight='700' text-anchor='middle' fill='white'%3EQ%3C/text%3E%3C/svg%3E\">")
 
-NAV: Tuple[Tuple[str, str], ...] = (("overview", "/"), ("cluster", "/cluster"), ("history", "/history/report"))
+NAV: Tuple[Tuple[str, str], ...] = (("overview", "/"), ("failed", "/failed"), ("workers", "/workers"),
+                                    ("cluster", "/cluster"), ("history", "/history/report"))
 
 
 def page(title: str, body: str, node: str, active: str = "", search: str = "",
@@ -254,9 +275,11 @@ def empty(title: str, text: str = "") -> str:
 
 
 def table(head: Iterable[Tuple[str, str]], rows: Iterable[str], sortable: bool = True,
-          body_id: str = "") -> str:
-    """A table of ``head`` (label, kind: "text", "num" or "" for unsortable) and row HTML."""
-    cells = []
+          body_id: str = "", select: bool = False) -> str:
+    """A table of ``head`` (label, kind: "text", "num" or "" for unsortable) and row HTML;
+    ``select``: its rows start with a box to pick them, its head with one to pick them all."""
+    cells = ['<th class=sel><input type=checkbox class=select-all aria-label="select every job on this page">'
+             '</th>'] if select else []
     for label, kind in head:
         classes = " ".join(c for c in ("n" if kind == "num" else "", "sortable" if kind and sortable else "") if c)
         attr = f' data-sort="{kind}"' if kind and sortable else ""

@@ -1,6 +1,6 @@
 """The console's data and actions: what the pages show, gathered from this
 node's shards (and, for a job, from the cluster's other nodes), and the
-three actions.
+actions (delete, requeue, purge, and retry or delete many jobs at once).
 
 :class:`ConsoleSource` runs in the supervisor (no event loop; any thread:
 the HTTP server's request threads call it at once). It asks each shard of
@@ -34,10 +34,11 @@ are a :class:`~.errors.BadRequest`. ``JobPage.total`` is the true count,
 ``JobPage.pages`` only the pages that may be asked for (so ``total >
 pages * per_page`` says the list goes on past what can be browsed).
 
-Rates: :meth:`~ConsoleSource.start` runs a daemon thread that asks the
-shards' counters every :data:`SAMPLE_SECONDS` seconds and keeps
-:data:`KEEP_SAMPLES` intervals (30 minutes) of per-second rates, for the
-node and for each queue that changed.
+Rates and depth: :meth:`~ConsoleSource.start` runs a daemon thread that asks
+the shards' counters and jobs held every :data:`SAMPLE_SECONDS` seconds and
+keeps them in a :class:`~.series.Series` (the last hour every 5 s, the last
+day every minute, the last week every 10 minutes), for the node and for the
+most active queues.
 
 Idents: a job's id is a UUID (any case; the engine keeps them lower case),
 its number (goqueue, takeanumber) a decimal number; anything else is a
@@ -54,20 +55,21 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import msgpack
 
 from ..config import DEFAULT_METRICS_PORT, Config
 from ..engine.browse import MAX_OFFSET
 from ..metrics.control import ask
+from .series import Series
 from .uses import merge
 from .errors import BadRequest, ConsoleError, Forbidden, NotFound, Unavailable
-from .model import (MAX_PER_PAGE, STATES, ActionResult, ClusterView, JobDetail, JobPage, JobRow, Lease,
-                    LinkView, NodeInfo, QueueRow, RatePoint, SearchResult, ShardView)
+from .model import (LISTS, MAX_LISTED, MAX_PER_PAGE, ActionResult, ClusterView, ConnectionRow, Filters,
+                    JobDetail, JobPage, JobRow, Lease, LeaseRow, LinkView, NodeInfo, ProcessCount, QueueRow,
+                    RatePoint, SearchResult, ShardView, WorkersView)
 
 log = logging.getLogger("queueserver.console")
 
@@ -79,9 +81,10 @@ ACTION_TIMEOUT = 30.0
 PURGE_TIMEOUT = 600.0
 #: Seconds another node's console is given to answer.
 NODE_TIMEOUT = 2.0
-#: Seconds between samples of the counters, and samples kept (30 minutes).
+#: Seconds between samples of the counters (the finest resolution of :mod:`.series`).
 SAMPLE_SECONDS = 5.0
-KEEP_SAMPLES = 360
+#: Seconds a chart shows unless asked for another range.
+DEFAULT_RANGE = 1800
 #: Queues a search lists.
 MAX_SEARCH_QUEUES = 50
 #: Bytes of a shard's history files read (newest first) for one job's lines.
@@ -129,9 +132,75 @@ def _seconds(us: Optional[int]) -> Optional[float]:
 
 
 def _row(raw: Dict[str, Any]) -> JobRow:
+    error: Optional[bytes] = raw.get("error")
     return {"id": raw["id"], "number": raw["number"] or None, "queue": raw["queue"], "state": raw["state"],
             "priority": raw["priority"], "attempts": raw["attempts"], "age_s": max(0.0, raw["age"] / 1e6),
-            "ttr_left_s": _seconds(raw["ttr_left"]), "ttl_left_s": _seconds(raw["ttl_left"])}
+            "ttr_left_s": _seconds(raw["ttr_left"]), "ttl_left_s": _seconds(raw["ttl_left"]),
+            "outcome": raw.get("outcome"),
+            "error": None if error is None else error.decode("utf-8", "replace")}
+
+
+def shard_filters(state: str, filters: Optional[Filters]) -> Tuple[str, Dict[str, Any]]:
+    """A list's state (one of :data:`~.model.LISTS`) and filters as a shard
+    takes them (:data:`queueserver.engine.browse.Filters`): ``failed`` is
+    the finished jobs whose outcome is failed; times in µs, text as bytes."""
+    filters = filters or {}
+    out: Dict[str, Any] = {}
+    if state == "failed":
+        state, out["outcome"] = "finished", "failed"
+    elif filters.get("outcome"):
+        out["outcome"] = filters["outcome"]
+    if filters.get("min_age_s") is not None:
+        out["min_age"] = int(filters["min_age_s"] * 1e6)
+    if filters.get("max_age_s") is not None:
+        out["max_age"] = int(filters["max_age_s"] * 1e6)
+    if filters.get("priority") is not None:
+        out["priority"] = int(filters["priority"])
+    if filters.get("text"):
+        out["text"] = filters["text"].encode("utf-8")
+    return state, out
+
+
+def describe_selection(queue: Optional[str], state: str, filters: Optional[Filters]) -> str:
+    """A bulk action's selection in words, for its log line."""
+    filters = filters or {}
+    parts = [f"queue {queue}" if queue else "every queue", state]
+    if filters.get("outcome"):
+        parts.append(f"outcome {filters['outcome']}")
+    if filters.get("min_age_s") is not None:
+        parts.append(f"older than {filters['min_age_s']:g} s")
+    if filters.get("max_age_s") is not None:
+        parts.append(f"newer than {filters['max_age_s']:g} s")
+    if filters.get("priority") is not None:
+        parts.append(f"priority {filters['priority']}")
+    if filters.get("text"):
+        parts.append(f"text {filters['text']!r}")
+    return ", ".join(parts)
+
+
+def _ago(now: int, then: Optional[int]) -> Optional[float]:
+    """Seconds from ``then`` to ``now`` (µs; None stays None)."""
+    return None if not then else max(0.0, (now - then) / 1e6)
+
+
+def _holder(view: Optional[Dict[str, Any]], now: int) -> Optional[Dict[str, Any]]:
+    """A shard's view of a lease's holder (:meth:`~queueserver.shard.clients.ClientRecord.view`)
+    as the console shows it: times as seconds ago."""
+    if not view:
+        return None
+    return {"address": view.get("address") or "", "protocol": view.get("protocol") or "",
+            "client": str(view.get("name") or ""), "via": view.get("via") or "",
+            "router": str(view.get("router", "")), "connection": view.get("connection"),
+            "connected_s": _ago(now, view.get("since")), "left_s": _ago(now, view.get("left"))}
+
+
+def _lease(raw: Dict[str, Any], now: int) -> Lease:
+    """A leased job's lease as its shard told it: who holds it, since when."""
+    holder = _holder(raw.get("holder"), now) or {}
+    return {"connection": holder.get("address", ""), "protocol": holder.get("protocol", ""),
+            "ttr_left_s": _seconds(raw["ttr_left"]) or 0.0, "client": holder.get("client", ""),
+            "via": holder.get("via", ""), "leased_s": _ago(now, raw.get("leased_at")),
+            "connected_s": holder.get("connected_s"), "left_s": holder.get("left_s")}
 
 
 def _history_line(line: str) -> str:
@@ -198,9 +267,9 @@ class ConsoleSource:
         self.node = config.node or ""
         self.shard_paths: Dict[int, str] = {i: runtime_file(f"shard-{i}.ctl") for i in range(config.shards)}
         self.router_paths: Dict[int, str] = {i: runtime_file(f"router-{i}.ctl") for i in range(config.routers)}
-        #: rate samples, oldest first: (unix time, node rates, queue -> rates of the queues that moved)
-        self._samples: Deque[Tuple[float, Tuple[float, float, float], Dict[str, Tuple[float, float, float]]]] \
-            = deque(maxlen=KEEP_SAMPLES)
+        #: the node's rates and depth over time (the charts), and every queue's rates at the last sample
+        self._series = Series()
+        self._queue_rates: Dict[str, Tuple[float, float, float]] = {}
         #: shard -> (its clock µs, name -> [added, completed, failed], totals) at the last sample
         self._last: Dict[int, Tuple[int, Dict[str, List[int]], List[int]]] = {}
         self._lock = threading.Lock()
@@ -233,16 +302,17 @@ class ConsoleSource:
             except Exception:   # a bug must not end the rates for good
                 log.exception("console: sampling the counters failed")
             with self._lock:
-                started = bool(self._samples)
+                started = self._series.latest() is not None
             # until the first rates: every second (a console opened at start-up shows rates at once)
             self._stop.wait(SAMPLE_SECONDS if started else 1.0)
 
     def sample(self) -> None:
-        """Ask every shard's counters once and keep the rates since the last time."""
+        """Ask every shard's counters once and keep the rates since the last
+        time, and the jobs held now, in the series the charts draw."""
         answers = self._ask_all(["console", "counters"], READ_TIMEOUT)
-        node = [0.0, 0.0, 0.0]
+        node = [0.0] * 7   # rates, then jobs by state (series.NODE_KEYS)
         queues: Dict[str, List[float]] = {}
-        moved = False
+        intervals: List[float] = []
         with self._lock:
             for shard, answer in answers.items():
                 if answer is None or "error" in answer:
@@ -250,10 +320,14 @@ class ConsoleSource:
                 now, rows, totals = int(answer["now"]), answer["rows"], list(answer["totals"])
                 last = self._last.get(shard)
                 self._last[shard] = (now, rows, totals)
+                for i, count in enumerate(answer.get("states", ())):
+                    node[3 + i] += count
+                for name, depth in answer.get("depth", {}).items():
+                    queues.setdefault(name, [0.0, 0.0, 0.0, 0.0])[3] += depth
                 if last is None or now <= last[0]:
                     continue
-                moved = True
                 seconds = (now - last[0]) / 1e6
+                intervals.append(seconds)
                 for i in range(3):
                     node[i] += max(0, totals[i] - last[2][i]) / seconds
                 before = last[1]
@@ -262,12 +336,13 @@ class ConsoleSource:
                     if old == counts:
                         continue
                     old = old or [0, 0, 0]
-                    rates = queues.setdefault(name, [0.0, 0.0, 0.0])
+                    values = queues.setdefault(name, [0.0, 0.0, 0.0, 0.0])
                     for i in range(3):
-                        rates[i] += max(0, counts[i] - old[i]) / seconds
-            if moved:
-                self._samples.append((time.time(), (node[0], node[1], node[2]),
-                                      {name: (r[0], r[1], r[2]) for name, r in queues.items() if any(r)}))
+                        values[i] += max(0, counts[i] - old[i]) / seconds
+            if intervals:   # a shard answered twice: rates since its last answer
+                active = {name: (v[0], v[1], v[2], v[3]) for name, v in queues.items() if any(v)}
+                self._series.add(time.time(), sum(intervals) / len(intervals), node, active)
+                self._queue_rates = {name: v[:3] for name, v in active.items() if any(v[:3])}
 
     # -------------------------------------------------------------- asking
     def _ask(self, shard: int, request: Sequence[Any], timeout: float = READ_TIMEOUT) -> Dict[str, Any]:
@@ -306,16 +381,21 @@ class ConsoleSource:
     # ----------------------------------------------------------- overview
     def _latest_rates(self) -> Dict[str, Tuple[float, float, float]]:
         with self._lock:
-            return dict(self._samples[-1][2]) if self._samples else {}
+            return self._queue_rates
 
     @staticmethod
-    def _router_uses(path: str) -> Dict[str, Any]:
-        """Which protocols used each queue, as one router saw it ({} if it does not answer)."""
+    def _ask_router(path: str, request: Sequence[Any]) -> Optional[Dict[str, Any]]:
+        """One router's answer (None if it does not answer, or answers an error)."""
         try:
-            answer = ask(path, ["console", "uses"], timeout=READ_TIMEOUT)
+            answer = ask(path, request, timeout=READ_TIMEOUT)
         except (OSError, ValueError, msgpack.UnpackException):
-            return {}
-        uses = answer.get("uses")
+            return None
+        return None if "error" in answer else answer
+
+    @classmethod
+    def _router_uses(cls, path: str) -> Dict[str, Any]:
+        """Which protocols used each queue, as one router saw it ({} if it does not answer)."""
+        uses = (cls._ask_router(path, ["console", "uses"]) or {}).get("uses")
         return uses if isinstance(uses, dict) else {}
 
     def queues(self) -> List[QueueRow]:
@@ -343,19 +423,85 @@ class ConsoleSource:
         rows.sort(key=lambda row: row["name"])
         return rows
 
-    def rates(self, queue: Optional[str] = None) -> List[RatePoint]:
+    def rates(self, queue: Optional[str] = None, seconds: float = DEFAULT_RANGE) -> List[RatePoint]:
+        """The node's (or ``queue``'s) rates and jobs held over the last
+        ``seconds``, oldest first, at the finest resolution that reaches
+        that far back (see :mod:`.series`)."""
         with self._lock:
-            samples = list(self._samples)
+            step, window = self._series.window(seconds)
         points: List[RatePoint] = []
-        for t, node, queues in samples:
-            added, completed, failed = node if queue is None else queues.get(queue, (0.0, 0.0, 0.0))
-            points.append({"t": t, "added": added, "completed": completed, "failed": failed})
+        for p in window:
+            if queue is None:
+                added, completed, failed, ready, scheduled, leased, finished = p.node
+                points.append({"t": p.t, "step": step, "added": added, "completed": completed, "failed": failed,
+                               "depth": ready + scheduled + leased + finished, "ready": ready,
+                               "scheduled": scheduled, "leased": leased, "finished": finished})
+                continue
+            values = p.queue(queue)
+            known: Tuple[Optional[float], ...] = values if values is not None else (None,) * 4
+            points.append({"t": p.t, "step": step, "added": known[0], "completed": known[1], "failed": known[2],
+                           "depth": known[3], "ready": None, "scheduled": None, "leased": None, "finished": None})
         return points
 
+    # ------------------------------------------------------------- workers
+    def workers(self) -> WorkersView:
+        """Who is connected (each router's connections) and who holds which
+        lease (each shard's leased jobs), counted per router and shard."""
+        routers = {index: self._pool.submit(self._ask_router, path, ["console", "clients"])
+                   for index, path in self.router_paths.items()}
+        answers = self._ask_all(["console", "leases", MAX_LISTED])
+        if all(answer is None or "error" in answer for answer in answers.values()):
+            self._raise_for(answers, "leases")
+            raise Unavailable("no shard answered")
+        leases: List[LeaseRow] = []
+        held: Dict[Tuple[str, int], int] = {}   # (router, connection) -> leases it holds
+        shards: List[ProcessCount] = []
+        total = unknown = 0
+        for shard, answer in sorted(answers.items()):
+            if answer is None or "error" in answer:
+                shards.append({"name": f"shard {shard}", "up": False, "connections": 0, "leases": 0})
+                continue
+            now = int(answer["now"])
+            total += int(answer["total"])
+            unknown += int(answer["unknown"])
+            for view, count in answer["holders"]:
+                key = (str(view.get("router")), int(view.get("connection") or 0))
+                held[key] = held.get(key, 0) + int(count)
+            leases += [{"job": _row(raw), "shard": shard, "leased_s": _ago(now, raw.get("leased_at")),
+                        "holder": _holder(raw.get("holder"), now)} for raw in answer["leases"]]
+            shards.append({"name": f"shard {shard}", "up": True, "connections": len(answer["direct"]),
+                           "leases": int(answer["total"])})
+        now = time.time_ns() // 1000
+        connections: List[ConnectionRow] = []
+        processes: List[ProcessCount] = []
+        listed = 0
+        for index, future in sorted(routers.items()):
+            clients = future.result()
+            if clients is None:
+                processes.append({"name": f"router {index}", "up": False, "connections": 0, "leases": 0})
+                continue
+            router_key = str(clients["router"])
+            listed += int(clients["total"])
+            for origin, protocol, address, since, _, served in (c[:6] for c in clients["clients"]):
+                connections.append({"router": router_key, "connection": int(origin), "protocol": str(protocol),
+                                    "address": str(address), "connected_s": _ago(now, since),
+                                    "served_by": "router" if served is None else f"shard {served}",
+                                    "leases": held.get((router_key, int(origin)), 0)})
+            processes.append({"name": f"router {index}", "up": True, "connections": int(clients["total"]),
+                              "leases": sum(n for (router, _), n in held.items() if router == router_key)})
+        connections.sort(key=lambda c: (-c["leases"], -(c["connected_s"] or 0.0)))
+        leases.sort(key=lambda lease: -(lease["leased_s"] if lease["leased_s"] is not None else -1.0))
+        return {"connections": connections[:MAX_LISTED], "connections_total": listed,
+                "leases": leases[:MAX_LISTED], "leases_total": total, "leases_unknown": unknown,
+                "processes": processes + shards}
+
     # --------------------------------------------------------------- jobs
-    def jobs(self, queue: str, state: str, page: int = 1, per_page: int = 50) -> JobPage:
-        if state not in STATES:
-            raise BadRequest(f"no job state {state!r}: one of {', '.join(STATES)}")
+    def jobs(self, queue: Optional[str], state: str, page: int = 1, per_page: int = 50,
+             filters: Optional[Filters] = None) -> JobPage:
+        """A page of ``queue``'s jobs in ``state`` (one of :data:`~.model.LISTS`)
+        that pass ``filters``; ``queue`` None: every queue's on this node."""
+        if state not in LISTS:
+            raise BadRequest(f"no job list {state!r}: one of {', '.join(LISTS)}")
         if not isinstance(page, int) or page < 1:
             raise BadRequest(f"page {page!r}: pages are numbered from 1")
         if not isinstance(per_page, int) or per_page < 1:
@@ -365,17 +511,51 @@ class ConsoleSource:
         if offset >= MAX_OFFSET:
             raise BadRequest(f"page {page} starts past job {MAX_OFFSET:,}, the deepest the console lists "
                              f"(a queue's later jobs are not browsable page by page)")
-        answers = self._ask_all(["console", "jobs", queue, state, offset, per_page])
-        for shard, answer in sorted(answers.items()):
-            if answer is not None and "error" not in answer:
-                total = int(answer["total"])
-                pages = max(1, -(-min(total, MAX_OFFSET) // per_page))
-                if page > pages:
-                    raise BadRequest(f"page {page} of {queue} ({state}): there are {pages}")
-                return {"queue": queue, "state": state, "page": page, "pages": pages, "per_page": per_page,
-                        "total": total, "jobs": [_row(raw) for raw in answer["jobs"]]}
-        self._raise_for(answers, f"queue {queue}")
-        raise NotFound(f"no queue {queue!r}" + (f" on node {self.node}" if self.node else ""))
+        asked, narrowed = shard_filters(state, filters)
+        if queue is None:
+            total, rows = self._every_queue(asked, narrowed, offset, per_page)
+        else:
+            answers = self._ask_all(["console", "jobs", queue, asked, offset, per_page, narrowed])
+            found = next((answer for _, answer in sorted(answers.items())
+                          if answer is not None and "error" not in answer), None)
+            if found is None:
+                self._raise_for(answers, f"queue {queue}")
+                raise NotFound(f"no queue {queue!r}" + (f" on node {self.node}" if self.node else ""))
+            total, rows = int(found["total"]), [_row(raw) for raw in found["jobs"]]
+        pages = max(1, -(-min(total, MAX_OFFSET) // per_page))
+        if page > pages:
+            raise BadRequest(f"page {page} of {queue or 'the list'} ({state}): there are {pages}")
+        return {"queue": queue, "state": state, "page": page, "pages": pages, "per_page": per_page,
+                "total": total, "jobs": rows}
+
+    def _every_queue(self, state: str, filters: Dict[str, Any], offset: int, limit: int
+                     ) -> Tuple[int, List[JobRow]]:
+        """Every shard's jobs of every queue in ``state`` that pass ``filters``:
+        how many, and those from ``offset`` (shard by shard, in each shard's
+        order). The first page takes one question per shard; a later one two
+        (how many each has, then the part of the page each holds)."""
+        first = offset == 0
+        answers = self._ask_all(["console", "jobs", None, state, 0, limit if first else 0, filters])
+        if all(answer is None or "error" in answer for answer in answers.values()):
+            self._raise_for(answers, "the list")
+            raise Unavailable("no shard answered")
+        counts = {shard: int(answer["total"]) for shard, answer in answers.items()
+                  if answer is not None and "error" not in answer}
+        total = sum(counts.values())
+        rows: List[JobRow] = []
+        if first:
+            for shard in sorted(counts):
+                rows += [_row(raw) for raw in (answers[shard] or {}).get("jobs", [])]
+            return total, rows[:limit]
+        start = 0
+        for shard in sorted(counts):   # the part of [offset, offset + limit) each shard holds
+            end = start + counts[shard]
+            lo, hi = max(offset, start), min(offset + limit, end)
+            if lo < hi:
+                answer = self._ask(shard, ["console", "jobs", None, state, lo - start, hi - lo, filters])
+                rows += [_row(raw) for raw in answer["jobs"]]
+            start = end
+        return total, rows[:limit]
 
     def _local_job(self, kind: str, key: Any) -> Optional[Tuple[int, Dict[str, Any]]]:
         """``(shard, its answer)`` for the shard of this node that holds the job; None if none does."""
@@ -395,15 +575,7 @@ class ConsoleSource:
             history = history_lines(answer["history_dir"], raw["id"])
         lease: Optional[Lease] = None
         if raw["state"] == "leased":
-            connection, protocol = raw.get("owner", ""), "goqueue" if raw.get("owner") else ""
-            for line in reversed(history):   # the latest "leased" line names its holder
-                if " leased " in f" {line} ":
-                    match = re.search(r" by (\S+)(?: \((\S+)\))?", line)
-                    if match:
-                        protocol, connection = match[1], match[2] or connection
-                    break
-            lease = {"connection": connection, "protocol": protocol,
-                     "ttr_left_s": _seconds(raw["ttr_left"]) or 0.0}
+            lease = _lease(raw, answer["now"])
         max_attempts = raw["max_attempts"]
         extra = {key: raw[key] for key in ("max_fails", "fails", "ttr", "ttl", "foreground", "outcome",
                                            "result_size")}
@@ -600,6 +772,42 @@ class ConsoleSource:
     def requeue_job(self, ident: str, who: str) -> ActionResult:
         shard, id, _ = self._holder(ident)
         return self._action(shard, ["console", "requeue", id, who], ACTION_TIMEOUT)
+
+    def bulk(self, action: str, who: str, queue: Optional[str], state: str, ids: Optional[List[str]],
+             filters: Optional[Filters] = None) -> ActionResult:
+        """``retry`` (requeue) or ``delete`` the jobs ``ids`` names, or (``ids``
+        None) every job of ``queue`` (None: of every queue) in ``state`` that
+        passes ``filters``, on every shard of this node at once. Logged
+        here, once, at INFO with the count (the shards log only at DEBUG)."""
+        if action not in ("retry", "delete"):
+            raise BadRequest(f"no bulk action {action!r}: retry or delete")
+        if state not in LISTS:
+            raise BadRequest(f"no job list {state!r}: one of {', '.join(LISTS)}")
+        if ids is not None:
+            kinds = [parse_ident(ident) for ident in ids]
+            if any(kind != "id" for kind, _ in kinds):
+                raise BadRequest("a bulk action names jobs by their ids (UUIDs)")
+            ids = [key for _, key in kinds]
+        asked, narrowed = shard_filters(state, filters)
+        answers = self._ask_all(["console", "bulk", action, who, queue, asked, ids, narrowed], PURGE_TIMEOUT)
+        done = [answer for answer in answers.values() if answer is not None and "error" not in answer]
+        if not done:
+            self._raise_for(answers, "the bulk action")
+            raise Unavailable("no shard answered")
+        count = sum(int(answer["count"]) for answer in done)
+        skipped = sum(int(answer.get("skipped", 0)) for answer in done)
+        verb = "deleted" if action == "delete" else "retried"
+        what = f"{len(ids)} selected" if ids is not None else describe_selection(queue, state, filters)
+        silent = len(answers) - len(done)
+        log.info("console: %s %s %d jobs (bulk: %s)%s%s", who, verb, count, what,
+                 f"; {skipped} neither failed nor leased were left as they were" if skipped else "",
+                 f"; {silent} shard(s) did not answer" if silent else "")
+        message = f"{verb.capitalize()} {count} jobs"
+        if skipped:
+            message += f"; {skipped} neither failed nor leased were left as they were"
+        if silent:
+            message += f"; {silent} shard(s) did not answer, their jobs are untouched"
+        return {"ok": not silent, "message": message, "count": count}
 
     def purge_queue(self, queue: str, who: str) -> ActionResult:
         answers = self._ask_all(["console", "jobs", queue, "ready", 0, 1])

@@ -48,6 +48,10 @@ SCAN_CHUNK = 20_000
 MAX_PRIORITY_GROUPS = 64
 #: Bytes of a payload or result a job's detail carries.
 PREVIEW_BYTES = 4096
+#: Bytes of a failed job's result a row carries (its error, as listed).
+ERROR_BYTES = 200
+#: A finished job's outcome, by its engine state.
+OUTCOMES = {J.COMPLETED: "completed", J.FAILED: "failed"}
 
 #: A job as the console lists it (see :func:`job_row`).
 Row = Dict[str, Any]
@@ -75,13 +79,18 @@ def lease_due(job: Job) -> Optional[int]:
 def job_row(job: Job, now: int) -> Row:
     """One job as a page lists it: ids, state, priority, attempts, and its
     times (``age``, ``ttr_left``, ``ttl_left``: µs; the latter two None
-    when they do not apply)."""
+    when they do not apply); a finished job's ``outcome`` and, if it
+    failed, its ``error`` (the first :data:`ERROR_BYTES` of its result;
+    None for one that failed with none: its attempts ran out)."""
     due = lease_due(job)
     ttl_due = job.due
+    state = job.state
+    result = job.result if state == J.FAILED else None
     return {"id": job.id, "number": job.number, "queue": job.name, "state": state_of(job),
             "priority": job.priority, "attempts": job.attempts, "age": now - job.created,
             "ttr_left": None if due is None else due - now,
-            "ttl_left": None if ttl_due is None else ttl_due - now}
+            "ttl_left": None if ttl_due is None else ttl_due - now,
+            "outcome": OUTCOMES.get(state), "error": None if result is None else result[:ERROR_BYTES]}
 
 
 def job_detail(job: Job, now: int) -> Dict[str, Any]:
@@ -180,34 +189,89 @@ def wanted(name: str, state: str) -> Callable[[Job], bool]:
     return lambda job: job.name == name and job.finished
 
 
+#: What a list may be narrowed by (every key optional; None: not asked):
+#: ``outcome`` ("completed" or "failed": finished jobs), ``min_age`` and
+#: ``max_age`` (µs since the job was made), ``priority`` (exactly), ``text``
+#: (bytes in its payload or, for a failed job, its error).
+Filters = Dict[str, Any]
+FILTER_KEYS = ("outcome", "min_age", "max_age", "priority", "text")
+
+
+def matching(name: Optional[str], state: str, filters: Filters, now: int) -> Callable[[Job], bool]:
+    """Whether a job is of queue ``name`` (None: any queue), in the
+    console's ``state`` and passes ``filters`` (as of ``now``, µs)."""
+    tests: List[Callable[[Job], bool]] = []
+    if name is not None:
+        tests.append(lambda job: job.name == name)
+    tests.append(lambda job: state_of(job) == state)
+    outcome = filters.get("outcome")
+    if outcome is not None:
+        wanted_state = J.FAILED if outcome == "failed" else J.COMPLETED
+        tests.append(lambda job: job.state == wanted_state)
+    min_age, max_age = filters.get("min_age"), filters.get("max_age")
+    if min_age is not None:
+        born_before = now - int(min_age)
+        tests.append(lambda job: job.created <= born_before)
+    if max_age is not None:
+        born_after = now - int(max_age)
+        tests.append(lambda job: job.created >= born_after)
+    priority = filters.get("priority")
+    if priority is not None:
+        tests.append(lambda job: job.priority == priority)
+    text = filters.get("text")
+    if text:
+        needle = text if isinstance(text, bytes) else str(text).encode()
+
+        def has_text(job: Job) -> bool:
+            if needle in job.payload:
+                return True
+            return job.state == J.FAILED and needle in (job.result or b"")
+        tests.append(has_text)
+    return lambda job: all(test(job) for test in tests)
+
+
+def filtered(filters: Optional[Filters]) -> bool:
+    """Whether ``filters`` narrow a list at all."""
+    if not filters:
+        return False
+    return any(filters.get(key) not in (None, b"", "") for key in FILTER_KEYS)
+
+
 class Matcher:
     """The jobs of a scan that match, after skipping ``skip`` of them, up
     to ``limit``: fed a chunk at a time (:meth:`feed`), each job read as it
     is then (a job that changed since it was listed is looked up again)."""
 
-    def __init__(self, want: Callable[[Job], bool], skip: int, limit: int, now: int) -> None:
+    def __init__(self, want: Callable[[Job], bool], skip: int, limit: int, now: int,
+                 count_all: bool = False) -> None:
         self.want = want
         self.skip = skip
         self.limit = limit
         self.now = now
         self.rows: List[Row] = []
+        #: go on past a full page, counting every match (``matched``)
+        self.count_all = count_all
+        self.matched = 0
 
     @property
     def full(self) -> bool:
         return len(self.rows) >= self.limit
 
     def feed(self, jobs: Dict[str, Job], ids: Iterable[str]) -> bool:
-        """Look at the jobs ``ids`` names (those still in ``jobs``); True once the page is full."""
+        """Look at the jobs ``ids`` names (those still in ``jobs``); True once
+        the page is full (and, counting all, never)."""
         want, rows = self.want, self.rows
         for id in ids:
             job = jobs.get(id)
             if job is None or not want(job):
                 continue
+            self.matched += 1
             if self.skip:
                 self.skip -= 1
                 continue
-            rows.append(job_row(job, self.now))
-            if len(rows) >= self.limit:
+            if len(rows) < self.limit:
+                rows.append(job_row(job, self.now))
+            if len(rows) >= self.limit and not self.count_all:
                 return True
         return False
 
@@ -225,6 +289,32 @@ def match_jobs(jobs: Dict[str, Job], ids: Sequence[str], want: Callable[[Job], b
         if between is not None and start + chunk < len(ids):
             between()
     return matcher.rows
+
+
+def find_jobs(jobs: Dict[str, Job], ids: Sequence[str], want: Callable[[Job], bool], skip: int,
+              limit: int, now: int, chunk: int = SCAN_CHUNK,
+              between: Optional[Callable[[], None]] = None) -> Tuple[List[Row], int]:
+    """As :func:`match_jobs`, but every id is looked at: the page's rows
+    and how many jobs match in all (a filtered list's true total)."""
+    matcher = Matcher(want, skip, limit, now, count_all=True)
+    for start in range(0, len(ids), chunk):
+        matcher.feed(jobs, ids[start:start + chunk])
+        if between is not None and start + chunk < len(ids):
+            between()
+    return matcher.rows, matcher.matched
+
+
+def line_ids(queue: JobQueue, state: str, chunk: int = SCAN_CHUNK,
+             between: Optional[Callable[[], None]] = None) -> List[str]:
+    """The ids of ``queue``'s ready or scheduled line, in serving order, a
+    chunk at a time (a filtered look at a line reads it whole)."""
+    line = queue.ready if state == READY else queue.scheduled
+    ids: List[str] = []
+    for start in range(0, len(line), chunk):
+        ids += [job.id for job in line.islice(start, start + chunk)]
+        if between is not None and start + chunk < len(line):
+            between()
+    return ids
 
 
 def find_number(jobs: Dict[str, Job], ids: Sequence[str], number: int, chunk: int = SCAN_CHUNK,

@@ -31,7 +31,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.utils import floatToGoString
 
-from .. import __version__
+from .. import COMPILED, WHY_PURE, __version__
 from . import FSYNC_BUCKETS, LATENCY_BUCKETS, LOCAL_NODE, MAX_QUEUE_LABELS
 from .control import ASK_TIMEOUT, Answer, ask_all
 from .histogram import Snapshot, add_snapshots, empty_snapshot
@@ -118,6 +118,8 @@ class Status(TypedDict):
     """The ``/status`` document: the node at one scrape."""
     node: str
     version: str
+    compiled: bool             # the compiled (mypyc) modules run (queueserver.COMPILED)
+    why_pure: Optional[str]    # why not (queueserver.WHY_PURE); None when compiled
     uptime_seconds: float
     shards: List[ShardStatus]
     routers: List[RouterStatus]
@@ -442,7 +444,7 @@ class NodeView:
         counted_totals = [sum(queue["counters"][key] for queue in queues.values()) for key in COUNTERS]
         totals.update(zip(COUNTERS, counted_totals))
         return {
-            "node": self.node, "version": __version__,
+            "node": self.node, "version": __version__, "compiled": COMPILED, "why_pure": WHY_PURE,
             "uptime_seconds": round(time.monotonic() - self.started, 3),
             "shards": shards, "routers": routers, "totals": totals, "queues": queues,
             "histograms": {"wait_seconds": wait, "lease_seconds": lease, "fsync_seconds": fsync},

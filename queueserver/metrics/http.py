@@ -16,13 +16,16 @@ Every other path (GET, HEAD and POST) is the web console's
 (:class:`~queueserver.console.app.ConsoleApp`, over a
 :class:`~queueserver.console.source.ConsoleSource` started and closed with
 this server). A POST body is read only up to :data:`MAX_BODY` bytes (a
-longer one is a 413, and the connection is closed unread).
+longer one is a 413, and the connection is closed unread). A client that
+hangs up mid-request (a browser leaving a page, a reset) is logged at DEBUG
+in one line, never as a traceback.
 """
 from __future__ import annotations
 
 import json
 import logging
 import socket
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Callable, Dict, Optional, Tuple
@@ -47,6 +50,16 @@ MAX_BODY = 64 * 1024
 DRAIN_BODY = 16 * MAX_BODY
 
 
+#: What a client that hangs up makes reads and writes raise (reset, broken pipe, a read timed out).
+_HANGUPS = (ConnectionError, TimeoutError)
+
+
+def _address(client: object) -> str:
+    if isinstance(client, tuple) and len(client) >= 2:
+        return f"{client[0]}:{client[1]}"
+    return str(client)
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True        # a slow scraper never holds the supervisor's exit
     allow_reuse_address = True   # as the protocol ports (SO_REUSEADDR)
@@ -56,6 +69,17 @@ class _Server(ThreadingHTTPServer):
         self.address_family = family
         self.node = node
         super().__init__(address, _Handler, bind_and_activate=True)
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A request that failed outside our handler: a client that hung up
+        (a browser leaving a page mid-answer, a reset) is routine and logged
+        at DEBUG in one line; anything else is a bug, logged with its
+        traceback (the standard library would print it to stderr)."""
+        error = sys.exc_info()[1]
+        if isinstance(error, _HANGUPS):
+            log.debug("HTTP client %s went away: %s", _address(client_address), error)
+        else:
+            log.exception("serving an HTTP request from %s failed", _address(client_address))
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind looks the host's name up (getfqdn): not needed, and slow offline.
@@ -94,9 +118,16 @@ class _Handler(BaseHTTPRequestHandler):
                            b"not found: try /metrics (Prometheus) or /status (JSON)\n")
             else:
                 self._console(node.console, method)
+        except _HANGUPS as err:   # the client went away: nobody is left to answer
+            self.close_connection = True
+            log.debug("HTTP client %s went away during %s %s: %s", _address(self.client_address), method,
+                      path[:200], err)
         except Exception:   # a bug must cost this request only
             log.exception("serving %s failed", path)
-            self._send(500, "text/plain; charset=utf-8", b"internal error\n")
+            try:
+                self._send(500, "text/plain; charset=utf-8", b"internal error\n")
+            except _HANGUPS:
+                self.close_connection = True
 
     def _console(self, console: "ConsoleApp", method: str) -> None:
         body = b""

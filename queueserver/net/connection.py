@@ -28,13 +28,22 @@ it sooner. A request that would wait (a blocking lease, ``result``,
 answer it: a client that sends nothing more is not kept waiting for, as
 most clients that close are gone.
 
-A job handed over (a lease, or a dequeue with no acknowledgement to come)
-counts as delivered once the client's kernel has acknowledged the bytes of
-its answer (``tcpi_bytes_acked``). A client that closed for good cannot be
-told from one that only stopped writing, and its FIN may cross an answer
-already on its way: if the connection ends (reset, or closed after its FIN
-with the answer unacknowledged for :data:`LINGER_SECONDS`), every job whose
-answer the client's kernel did not acknowledge is given back, at its place.
+A job handed over counts as delivered once its answer is out:
+
+* A lease (workq, goqueue, takeanumber) once the client's kernel has
+  acknowledged the bytes of its answer (``tcpi_bytes_acked``). A client
+  that closed for good cannot be told from one that only stopped writing,
+  and its FIN may cross an answer already on its way: if the connection
+  ends (reset, or closed after its FIN with the answer unacknowledged for
+  :data:`LINGER_SECONDS`), every lease whose answer the client's kernel did
+  not acknowledge is given back, at its place. (One that did reach a client
+  which then vanished would run out anyway: nothing is lost either way.)
+* A take (queued's ``DEQUE``, TaskFlux's dequeue: destructive, no
+  acknowledgement to come) once its answer's last byte went to the kernel,
+  as in the original servers. A client that read it whole may reset before
+  its delayed ACK leaves; giving the job back then would deliver it twice.
+  Only a take whose answer was never written whole (the client left first,
+  or the write failed) goes back.
 
 When the client goes, parked requests are withdrawn, any job leased to it
 in the meantime is given back, and the server ends what ends with the
@@ -85,6 +94,8 @@ _READ: Final = 1
 _PAYLOAD_ANSWERS: Final = frozenset(("lease", "take", "result", "run", "inspect_job"))
 #: Requests whose answer hands a job over with no acknowledgement to come.
 _DELIVERIES: Final = frozenset(("lease", "take"))
+#: Of those, the ones delivered once written (destructive: nothing to run out).
+_WRITTEN_IS_DELIVERED: Final = "take"
 #: Requests answered with up to ``limit`` (their last argument) jobs.
 _LISTING_ANSWERS: Final = frozenset(("inspect_jobs", "inspect_scheduled"))
 
@@ -409,9 +420,13 @@ class ClientConnection(Generic[P, O]):
         return bool(self._deliveries)
 
     def _give_back_deliveries(self) -> None:
+        """The client is gone: what it may not have had goes back (a take
+        written whole was delivered: see the module's docstring)."""
         deliveries, self._deliveries = self._deliveries, deque()
-        for _, command, reply in deliveries:
-            self.server.abandoned(command, reply)
+        sent = self._sent()
+        for end, command, reply in deliveries:
+            if end > sent or command.op != _WRITTEN_IS_DELIVERED:
+                self.server.abandoned(command, reply)
 
     def _reset(self) -> bool:
         """Whether the peer reset the connection (an error is pending, or it is closed)."""
@@ -434,11 +449,20 @@ class ClientConnection(Generic[P, O]):
         acked: int = _BYTES_ACKED.unpack_from(info, _BYTES_ACKED_AT)[0]   # "<Q": an int
         return acked
 
+    def _sent(self) -> int:
+        """The socket's byte offset up to which answers went to the kernel."""
+        return self._written_before + self._written - self.writer.queued
+
     def _prune_deliveries(self) -> None:
-        """Forget deliveries whose answers the client's kernel acknowledged."""
+        """Forget deliveries that are done: leases whose answers the client's
+        kernel acknowledged, takes whose answers were written whole."""
         acked = self._bytes_acked()
+        sent = self._sent()
         deliveries = self._deliveries
-        while deliveries and deliveries[0][0] <= acked:
+        while deliveries:
+            end, command, _ = deliveries[0]
+            if end > acked and (end > sent or command.op != _WRITTEN_IS_DELIVERED):
+                break
             deliveries.popleft()
 
     def _unacknowledged(self) -> int:

@@ -15,11 +15,14 @@ as a command of its own:
   size``) and its bytes are skipped; otherwise the block and its CRLF are
   read and the command answered once (``Invalid command flags`` first when
   a ``-key=value`` flag is malformed, as the original checked flags first).
-* Any other number of arguments (a missing size, a name with a space,
-  ``-priority 5`` for ``-priority=5``): the size is not readable, whatever
-  the line holds. ``Invalid command args`` is answered at once and parsing
-  resumes at the next line, which may be the block. A client that sent just
-  such a line is never left waiting for a block nobody will send.
+* More positional arguments than that (``-priority 5`` for
+  ``-priority=5``, a stray token at the end): the size is still readable at
+  its place, so the block is read (or skipped) as above and the request is
+  answered once, ``Invalid command args``.
+* Fewer (a missing size): the size is not readable. ``Invalid command
+  args`` is answered at once and parsing resumes at the next line, which
+  may be the block. A client that sent just such a line is never left
+  waiting for a block nobody will send.
 * A size that is not a decimal number: its error is answered at once and
   parsing resumes at the next line.
 * A block whose declared size does not match (no CRLF right after it) is
@@ -294,6 +297,7 @@ class _Pending(NamedTuple):
     args: List[bytes]
     flags: Optional[Dict[bytes, bytes]]
     size: int
+    refusal: Optional[str]     # the answer once the block is read, when the line was already wrong
 
 
 def _size(token: Optional[bytes]) -> Optional[int]:
@@ -437,15 +441,18 @@ class WorkqCodec(LineCodec):
         """Find the size of the block that follows (see the module docstring)."""
         count, at, size_error = spec
         bad_flags = "Invalid command flags" if flags is None else None  # reported first
-        if len(args) != count:   # no readable size: the next line is a command of its own
+        if len(args) < count:   # no readable size: the next line is a command of its own
             return _refuse(bad_flags or "Invalid command args")
+        # Too many arguments still leave the size readable at its place: the
+        # block is read (or dropped) and the request answered once.
+        refusal = bad_flags or ("Invalid command args" if len(args) > count else None)
         size = _size(args[at])
         if size is None:
-            return _refuse(bad_flags or size_error)
+            return _refuse(refusal or size_error)
         if size > self.max_payload:
             self._discard = size + 2  # keep the stream in step: drop the block
-            return _refuse(bad_flags or size_error)
-        self._pending = _Pending(name, args, flags, size)
+            return _refuse(refusal or size_error)
+        self._pending = _Pending(name, args, flags, size, refusal)
         return None
 
     def _block(self, buf: InputBuffer) -> Optional[Command]:
@@ -462,10 +469,12 @@ class WorkqCodec(LineCodec):
                 return None
             buf.skip(end + 2)
             self._pending = None
-            return _refuse(_BLOCKS[pending.name].size_error)
+            return _refuse(pending.refusal or _BLOCKS[pending.name].size_error)
         self._pending = None
         block = buf.take(size)
         buf.skip(2)
+        if pending.refusal is not None:
+            return _refuse(pending.refusal)
         return self._command(pending.name, pending.args, pending.flags, block)
 
     @staticmethod

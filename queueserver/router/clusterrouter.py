@@ -15,9 +15,10 @@ so is a job number, first at the shard that made it.
 
 On etcd, the node's supervisor watches the cluster's state there and tells
 its routers on their control sockets (:mod:`queueserver.cluster.watch`):
-``["cluster", "view", runs, primaries]`` with etcd's slot map (taken in by
-epoch, as a shard's news is) and each shard group's primary (its link goes
-there at once). ``["cluster", "state"]`` answers what the router holds.
+``["cluster", "view", runs, primaries, nodes]`` with etcd's slot map (taken
+in by epoch, as a shard's news is), each shard group's primary (its link
+goes there at once) and the nodes holding a lease (a link to a shard of any
+other node is down). ``["cluster", "state"]`` answers what the router holds.
 """
 from __future__ import annotations
 
@@ -269,21 +270,22 @@ class ClusterRouter(Router):
             self.reachable.append(link)
             log.info("shard %s (ordinal %d) of node %s is new in %s: linking to %s:%d", shard.name,
                      shard.ordinal, shard.node, spec.path, shard.host, shard.port)
-        self.spec = spec
+        self.spec = self.primaries.spec = spec
         return ordinal < len(self.links)
 
     # ------------------------------------------------------------ etcd's state
     def cluster_request(self, request: List[Any]) -> Dict[str, Any]:
-        """``["cluster", "view", runs, primaries]`` (the supervisor's watch on
-        etcd) or ``["cluster", "state"]``."""
+        """``["cluster", "view", runs, primaries, nodes]`` (the supervisor's
+        watch on etcd; ``nodes`` may be left out) or ``["cluster", "state"]``."""
         what = request[1] if len(request) > 1 else None
         if what == "state":
             return self._state()
-        if what != "view" or len(request) != 4:
-            return {"error": f"a router answers [\"cluster\", \"view\", runs, primaries] or "
+        if what != "view" or len(request) not in (4, 5):
+            return {"error": f"a router answers [\"cluster\", \"view\", runs, primaries, nodes] or "
                              f"[\"cluster\", \"state\"], not {request!r:.100}", "status": 400}
         runs, primaries = request[2], request[3]
-        problem = view_problem(runs, primaries)
+        nodes = request[4] if len(request) == 5 else None
+        problem = view_problem(runs, primaries, nodes)
         if problem:
             log.warning("cluster view refused: %s", problem)
             return {"error": f"cluster view refused: {problem}", "status": 400}
@@ -293,6 +295,8 @@ class ClusterRouter(Router):
         for ordinal, epoch, node, copy in primaries:
             if self._knows(ordinal):
                 self.primaries.take(self.links[ordinal], epoch, node, copy)
+        if nodes is not None:
+            self.primaries.leases(nodes, self.links)
         return {"taken": True}
 
     def _take_map(self, runs: List[List[int]]) -> None:

@@ -4,14 +4,15 @@ A link to a replicated shard knows every place its primary may be and,
 when its link fails, tries them in turn (:class:`.shardlink.ShardLink`).
 Etcd knows at once: the node's supervisor watches each group's record
 (:mod:`queueserver.cluster.watch`) and tells its routers and shards on their
-control sockets ``["cluster", "view", runs, primaries]``. This module is
-the part both take it with: the view's check, and sending a link to the
-primary a view names, never back to an older one.
+control sockets ``["cluster", "view", runs, primaries, nodes]``. This
+module is the part both take it with: the view's check, sending a link to
+the primary a view names (never back to an older one), and marking the
+links to shards served by a node that holds no etcd lease as down.
 """
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict
+from typing import Any, Dict, Iterable, List, Optional, Set
 
 from ..cluster.clusterfile import ClusterSpec
 from ..cluster.slots import MAX_SHARDS, SLOTS
@@ -20,8 +21,9 @@ from .shardlink import Address, ShardLink, where
 log = logging.getLogger("queueserver.router")
 
 
-def view_problem(runs: Any, primaries: Any) -> str:
-    """What is wrong with a cluster view off the control socket ("" if nothing)."""
+def view_problem(runs: Any, primaries: Any, nodes: Any = None) -> str:
+    """What is wrong with a cluster view off the control socket ("" if nothing);
+    ``nodes`` (the nodes holding a lease) may be left out."""
     if runs is not None:
         if not isinstance(runs, list):
             return f"the slot map must be a list of runs, not {type(runs).__name__}"
@@ -36,6 +38,8 @@ def view_problem(runs: Any, primaries: Any) -> str:
                 and 0 <= primary[0] < MAX_SHARDS and type(primary[1]) is int and primary[1] >= 0
                 and isinstance(primary[2], str) and isinstance(primary[3], bool)):
             return f"primary {primary!r:.60} is not [ordinal, epoch, node, copy]"
+    if nodes is not None and not (isinstance(nodes, list) and all(isinstance(n, str) for n in nodes)):
+        return f"the nodes holding a lease must be a list of names, not {nodes!r:.60}"
     return ""
 
 
@@ -52,6 +56,10 @@ class PrimaryPlaces:
         self.node = node
         self.local = local
         self.epochs: Dict[int, int] = {}
+        #: ordinal -> the node etcd named its primary (else its home in the cluster file)
+        self.nodes: Dict[int, str] = {}
+        #: the nodes holding an etcd lease, as last told (None: not told yet)
+        self.leased: Optional[Set[str]] = None
         self.switches = 0   # links sent to a new primary
 
     def take(self, link: ShardLink, epoch: int, node: str, copy: bool) -> None:
@@ -62,6 +70,7 @@ class PrimaryPlaces:
         if epoch < self.epochs.get(ordinal, 0) or link.path is None:   # older news; a removed node's shard
             return
         self.epochs[ordinal] = epoch
+        self.nodes[ordinal] = node
         place: Address
         local = self.local.get(ordinal) if node == self.node and not copy else None
         if local is not None:
@@ -78,3 +87,28 @@ class PrimaryPlaces:
             self.switches += 1
             log.warning("shard %d's primary is now %s (epoch %d), told by etcd: linking to %s",
                         ordinal, node, epoch, where(place))
+
+    def leases(self, nodes: List[str], links: Iterable[ShardLink]) -> List[ShardLink]:
+        """Etcd says only ``nodes`` hold a lease. A shard served by any other
+        node is down, known to be (:attr:`.shardlink.ShardLink.lapsed`): nobody
+        waits for its link to come up. A link still up to a node whose lease
+        was held and just lapsed is dropped: a host that died without a word
+        (no reset reached us) leaves it up with requests never answered; they
+        are answered as when a link fails (outcome unknown) and it reconnects.
+        The links now known to be down."""
+        before, now = self.leased, set(nodes)
+        self.leased = now
+        homes = {shard.ordinal: shard.node for shard in self.spec.shards()}
+        down = []
+        for link in links:
+            node = self.nodes.get(link.index) or homes.get(link.index)
+            if node is None or node == self.node or link.path is None:   # (this node lives: we run)
+                continue
+            link.lapsed = node not in now
+            if link.lapsed:
+                if before is not None and node in before and link.up:
+                    log.warning("node %s holds no etcd lease any more: dropping the link to shard %d at %s",
+                                node, link.index, where(link.path))
+                    link.drop()
+                down.append(link)
+        return down

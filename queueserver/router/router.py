@@ -53,7 +53,8 @@ from .jobcache import JobCache
 from .fanout import FirstFound, Gather, SpreadLease, ignore
 from ..lifecycle import die_with_supervisor, settle_gc, setup_logging, stop_event
 from .shardlink import Address, Auth, Context, Places, ShardLink
-from ..console.uses import Uses, note_command
+from ..console.uses import Uses, note_command, router_answer
+from ..shard.clients import Description, describe, peer_address
 from ..numbers import NumberFile
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ log: Final = logging.getLogger("queueserver.router")
 
 
 DEFAULT_MAX_CONNECTIONS: Final = 10000
+MAX_DESCRIBED: Final = 5000          # connections one console answer lists (all are counted)
 DEFAULT_MAX_OUTSTANDING: Final = 8 * 1048576
 DEFAULT_MAX_PAYLOAD: Final = 1048576
 MAX_MOVES: Final = 4                 # moves of one connection before it stays forwarded
@@ -127,10 +129,14 @@ class Router:
         #: each protocol's codec options (from the config's JSON)
         self.options: Dict[str, Dict[str, Any]] = options or {}
         self.history = history
-        #: the client behind the request being routed, when shards keep a history
+        #: the client behind the request being routed (its description), for a
+        #: lease (who holds it) and, when shards keep a history, every request it names
         self._context: List[Context] = [None]
         #: queue -> the protocols whose clients used it here (the console's overview)
         self.queue_uses: Uses = {}
+        #: each connection accepted here and not closed yet, as shards are told of it
+        #: (origin -> :data:`~queueserver.shard.clients.Description`): who holds a lease
+        self.described: Dict[int, Description] = {}
         self.index = index
         #: how this router is known to shards (and in client ids of the history)
         self.key: Union[int, str] = index
@@ -200,6 +206,8 @@ class Router:
                     conn.close()
                     continue
                 self.clients += 1
+                self.described[client.origin] = describe(client.origin, protocol, peer_address(peer),
+                                                         time.time_ns() // 1000, self.key)
                 self._report_clients()
                 client.start()
 
@@ -268,7 +276,17 @@ class Router:
 
     def client_left(self, connection: Connection) -> None:
         self.clients -= 1
+        self._forget(connection.origin)
         self._report_clients()
+
+    def _forget(self, origin: int) -> None:
+        """Connection ``origin`` closed: the shards told of it hear so."""
+        if self.described.pop(origin, None) is None:
+            return
+        for link in self.links:
+            if origin in link.introduced:
+                link.introduced.discard(origin)
+                link.notify("left", origin)
 
     def after_requests(self) -> None:
         """Frames leave once per loop turn anyway: nothing to do here."""
@@ -305,7 +323,8 @@ class Router:
         if link.handoff is None:
             return False
         move = Move(connection.protocol, self.options.get(connection.protocol, {}), state, unread,
-                    connection.origin, self.index, connection.moves, connection.limits)
+                    connection.origin, self.index, connection.moves, connection.limits,
+                    client=self.described.get(connection.origin))
         try:
             link.handoff.send_move(connection._fd, move)
         except OSError as err:
@@ -327,6 +346,7 @@ class Router:
             log.exception("taking back a %s connection failed", move.protocol)
             os.close(fd)
             self.clients -= 1
+            self._forget(move.origin)
             return
         connection.moves = move.moves
         connection.start(move.unread)
@@ -337,6 +357,7 @@ class Router:
             return   # counted out already (its shard's link dropped)
         link.moved.discard(gone.origin)
         self.clients -= 1
+        self._forget(gone.origin)
         self._report_clients()
 
     def _report_clients(self, link: Optional[ShardLink] = None) -> None:
@@ -366,6 +387,23 @@ class Router:
         for link in self.links:
             link.stop()
 
+    # ------------------------------------------------------------ console
+    def console_request(self, request: List[Any]) -> Dict[str, Any]:
+        """A ``["console", ...]`` control request: ``uses`` (which protocols
+        used each queue) or ``clients`` (the connections accepted here and
+        still open, at most :data:`MAX_DESCRIBED`: each one's description
+        and the shard serving it directly, None while the router does)."""
+        kind = request[1] if len(request) >= 2 else None
+        if kind == "uses":
+            return router_answer(self.queue_uses, request)
+        if kind == "clients":
+            served = {origin: link.index for link in self.links for origin in link.moved}
+            clients = [[*description, served.get(description[0])]
+                       for _, description in zip(range(MAX_DESCRIBED), self.described.values())]
+            return {"router": self.key, "index": self.index, "total": len(self.described), "clients": clients}
+        return {"error": f"a router answers [\"console\", \"uses\"] and [\"console\", \"clients\"], "
+                         f"not {list(request)!r:.100}", "status": 400}
+
     # ------------------------------------------------------ cluster state
     def cluster_request(self, request: List[Any]) -> Dict[str, Any]:
         """A ``["cluster", ...]`` control request (see :class:`.clusterrouter.ClusterRouter`)."""
@@ -385,8 +423,11 @@ class Router:
         connection is owned by it, and the shard told when it closes."""
         # which protocols use the queue (the console's overview)
         note_command(self.queue_uses, command.route, command.key, connection.protocol)
-        if self.history and command.op in _HISTORY_OPS:
-            self._context[0] = (connection.protocol, f"{self.key}-{connection.origin}")
+        op = command.op
+        if op == "lease" or (self.history and op in _HISTORY_OPS):
+            # the shards learn who leases (and, for the history, who acts): the link
+            # sends the connection's description once, then its id with each request
+            self._context[0] = self.described.get(connection.origin)
             try:
                 return self._execute(connection, command, callback)
             finally:
@@ -613,6 +654,8 @@ class Router:
     def _shard_down(self, link: ShardLink) -> None:
         if link.moved:   # the connections it served died with it
             self.clients -= len(link.moved)
+            for origin in link.moved:
+                self._forget(origin)
             link.moved.clear()
             self._report_clients()
 
@@ -670,9 +713,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     if control:
         from ..metrics.control import serve_control
         from .stats import router_stats
-        from ..console.uses import router_answer
-        serve_control(control, lambda: router_stats(router), lambda request: router_answer(router.queue_uses, request),
-                      router.cluster_request)
+        serve_control(control, lambda: router_stats(router), router.console_request, router.cluster_request)
     if config.get("ready_file"):
         with open(config["ready_file"], "w") as f:
             f.write(str(os.getpid()))

@@ -13,6 +13,12 @@ it knows the cluster's secret (and checks that the shard does too) before
 any frame, inside TLS when the cluster has certificates. A shard of a node
 taken out of the cluster has no address: its link never connects.
 
+A request that fails with its link is answered with one of two server
+errors: :func:`unavailable` when it was never sent (the link was down:
+certainly not done), :func:`outcome_unknown` when it was sent and the link
+was lost before its answer came (the shard may have done it, and a
+replicated shard may have passed it to the follower that takes its place).
+
 A replicated shard's link holds every place its primary may be and tries
 them in turn while none answers; when etcd names the primary (through the
 node's supervisor), :meth:`ShardLink.follow` puts that place first and goes
@@ -43,16 +49,30 @@ Address = Union[str, Tuple[str, int], None]
 #: one place, or the places tried in turn (a replicated cluster's shard)
 Places = Union[Address, List[Address]]
 LINK_PRIORITY: Final = 2          # libev's highest: before client sockets' watchers
+#: the note a shard sends its links as it stops cleanly (its drop is then no news)
+STOPPING: Final = "stopping"
 
-#: the client behind a request, ``(protocol, connection)``, for the shards' job
-#: history (a list once it crossed a link); None when there is none to name
-Context = Optional[Sequence[str]]
+#: the client behind a request: its router's description of the connection
+#: (:data:`queueserver.shard.clients.Description`, whose first item is its id);
+#: None when there is none to name
+Context = Optional[List[Any]]
 #: what a TCP link presents: the cluster's shared secret and its TLS client context, if any
 Auth = Tuple[bytes, Optional[ssl.SSLContext]]
 #: a request's slot, or its queues' slots (in a cluster), sent along with it
 Slots = Union[int, Sequence[int], None]
 #: ``(on_move(link, fd, move), on_gone(link, gone))``: the handoff socket's messages
 Handoffs = Tuple[Callable[["ShardLink", int, Move], None], Callable[["ShardLink", Gone], None]]
+
+
+def unavailable(index: int) -> Reply:
+    """A request not sent: shard ``index``'s link is down (nothing was done)."""
+    return [SERVER_ERROR, f"Shard {index} unavailable"]
+
+
+def outcome_unknown(index: int) -> Reply:
+    """A request sent whose answer never came: shard ``index``'s link was
+    lost meanwhile, so whether it took effect is not known."""
+    return [SERVER_ERROR, f"Outcome unknown: shard {index} went down before answering"]
 
 
 def where(path: Address) -> str:
@@ -72,8 +92,9 @@ class ShardLink:
         (never connects). ``handoffs``: ``(on_move(link, fd, move),
         on_gone(link, gone))`` to serve the shard's handoff socket (the direct
         path), or None. ``context``: a one-item list the router fills with
-        the client behind the request being routed, sent along (for the
-        shard's job history). ``auth``: ``(secret, TLS client context or
+        the client behind the request being routed: the shard is sent its
+        description once (``[0, "client", description]``), then its id
+        along with each request (who holds a lease; the job history). ``auth``: ``(secret, TLS client context or
         None)`` for a TCP link."""
         self.index = index
         #: where the shard may be, tried in turn while it cannot be reached (a
@@ -82,6 +103,8 @@ class ShardLink:
         self.path: Address = self.paths[0]
         self._auth = auth
         self.context: List[Context] = context if context is not None else [None]
+        #: the connections (ids at the router) the shard was told of on this link's channel
+        self.introduced: Set[int] = set()
         self.pending: Dict[int, Callback] = {}
         self.channel: Optional[FrameChannel] = None
         self.handoff: Optional[HandoffChannel] = None
@@ -93,6 +116,15 @@ class ShardLink:
         self._on_down = on_down
         self._on_up = on_up
         self._refusal_logged = False   # a failed TCP link is logged once until it works again
+        #: why a link that drops now is no news: we stop, or the shard said it
+        #: stops (until its next greeting); None: a drop is a lost shard
+        self._clean_stop: Optional[str] = None
+        #: its link was lost, and the tries since failed: it is down (not
+        #: just starting), so nobody should wait for it to come up
+        self.failed = False
+        self._was_up = False
+        #: etcd says the node serving it holds no lease (see :mod:`.primaries`)
+        self.lapsed = False
         self._wake = Event()           # set: the pause between two tries ends now (a new place)
         self._greenlet = gevent.spawn(self._run) if self.path is not None else None
         if faults.CUT_OFF_FILE is not None and any(isinstance(p, tuple) for p in self.paths):
@@ -112,21 +144,33 @@ class ShardLink:
     def up(self) -> bool:
         return self.channel is not None
 
+    @property
+    def known_down(self) -> bool:
+        """Down, and known to be: its link was lost (and not back), or
+        etcd says its node is gone (unlike a link still making its first try)."""
+        return self.channel is None and (self.failed or self.lapsed)
+
     def call(self, op: str, args: Sequence[Any], callback: Callback, slot: Slots = None) -> int:
         """Send one request; returns its id (for ``cancel``), 0 if the shard is down.
         ``slot``: in a cluster, the slot (or slots) of the queues it names."""
         channel = self.channel
         if channel is None:
-            callback([SERVER_ERROR, f"Shard {self.index} unavailable"])
+            callback(unavailable(self.index))
             return 0
         req_id = self._next_id
         self._next_id = req_id + 1
         self.pending[req_id] = callback
         context = self.context[0]
+        client: Any = None
+        if context is not None:
+            client = context[0]
+            if client not in self.introduced:
+                self.introduced.add(client)
+                channel.send([0, "client", context])
         if slot is not None:
-            channel.send([req_id, op, args, context, slot])
+            channel.send([req_id, op, args, client, slot])
         else:
-            channel.send([req_id, op, args] if context is None else [req_id, op, args, context])
+            channel.send([req_id, op, args] if client is None else [req_id, op, args, client])
         return req_id
 
     def notify(self, kind: str, body: Any) -> None:
@@ -156,7 +200,14 @@ class ShardLink:
             self._wake.set()
         return news
 
+    def drop(self) -> None:
+        """Close the link now (its shard is gone, as etcd says): requests in
+        flight are answered as when a link fails, and it reconnects."""
+        if self.channel is not None:
+            self.channel.close()
+
     def stop(self) -> None:
+        self._clean_stop = "stopping"
         if self._greenlet is not None:
             self._greenlet.kill(block=False)
         if self.channel is not None:
@@ -211,6 +262,9 @@ class ShardLink:
             tried = self.path
             sock = self._connect()
             if sock is None:
+                # Known down once it was up and went; a link still making its
+                # first tries is a shard starting: worth waiting for a while.
+                self.failed = self._was_up
                 # Its primary may have moved: the next place it may be (unless
                 # etcd named one meanwhile: that one is next).
                 if len(self.paths) > 1 and self.path == tried:
@@ -227,6 +281,9 @@ class ShardLink:
                 sock._read_event.priority = LINK_PRIORITY
             channel = FrameChannel(sock)
             self.channel = channel
+            self.failed = False
+            self._was_up = True
+            self.introduced = set()   # a new channel: the shard knows no client of ours yet
             reader = None
             try:   # from here on, whatever ends the link (a kill too) closes it
                 log.info("connected to shard %d at %s", self.index, where(self.path))
@@ -237,6 +294,7 @@ class ShardLink:
                 log.exception("shard %d sent what cannot be decoded", self.index)
             finally:
                 self.channel = None
+                self.failed = True
                 channel.close()
                 if self.handoff is not None:
                     self.handoff.close()
@@ -244,11 +302,15 @@ class ShardLink:
                 if reader is not None:
                     reader.kill(block=False)
                 pending, self.pending = self.pending, {}
-                log.warning("lost shard %d; %d requests answered with an error",
-                            self.index, len(pending))
+                if self._clean_stop is None:
+                    log.warning("lost shard %d; %d requests in flight answered that their outcome is unknown",
+                                self.index, len(pending))
+                else:
+                    log.info("link to shard %d closed (%s); %d requests in flight answered that their "
+                             "outcome is unknown", self.index, self._clean_stop, len(pending))
                 self._on_down(self)
                 for callback in pending.values():
-                    callback([SERVER_ERROR, f"Shard {self.index} unavailable"])
+                    callback(outcome_unknown(self.index))
 
     def _pause(self, seconds: float) -> None:
         """Between two tries: ``seconds``, or less if :meth:`follow` named a place."""
@@ -270,7 +332,14 @@ class ShardLink:
     def _handle(self, frame: Any) -> None:
         """``[request id, reply]``, or ``[0, kind, body]``: a shard's note (msgpack)."""
         if frame[0] == 0:
-            self._on_event(self, frame[1], frame[2])
+            kind = frame[1]
+            if kind == STOPPING:
+                if self._clean_stop is None:
+                    self._clean_stop = "the shard is stopping"
+                return
+            if kind == "hello" and self._clean_stop != "stopping":
+                self._clean_stop = None   # a shard (re)started: losing it is news again
+            self._on_event(self, kind, frame[2])
             return
         callback = self.pending.pop(frame[0], None)
         if callback is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Final, Optional, Tuple
 
 from gevent import socket
@@ -25,6 +26,7 @@ from ..net.hangups import HangupWatch
 from ..protocols import codec_class
 from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command, StreamCodec
 from ..console.uses import Uses, note_command
+from .clients import VIA_DIRECT, ClientRecord, peer_address
 
 if TYPE_CHECKING:
     from .shard import Shard
@@ -56,6 +58,8 @@ class DirectServer:
         self._requests = itertools.count(1)
         #: connection id -> (the handoff socket it came by, its router's index, its codec options)
         self._homes: Dict[int, Tuple[HandoffChannel, int, Dict[str, Any]]] = {}
+        #: connection id -> who the client is (what its leases name), while it is served here
+        self.records: Dict[int, ClientRecord] = {}
 
     # ------------------------------------------------------------ arriving
     def arrived(self, channel: HandoffChannel, fd: int, move: Move) -> None:
@@ -71,6 +75,11 @@ class DirectServer:
                                                   move.origin)
         connection.moves = move.moves
         self._homes[connection.id] = (channel, move.router, move.options)
+        if move.client:   # the router's description; the history names it by router index
+            record = ClientRecord.from_description(move.client, VIA_DIRECT, move.router)
+        else:
+            record = ClientRecord(move.protocol, _peer(sock), 0, move.router, move.origin, VIA_DIRECT)
+        self.records[connection.id] = record
         self.clients += 1
         connection.start(move.unread)
 
@@ -107,11 +116,9 @@ class DirectServer:
         # which protocols use the queue (the console's overview)
         note_command(self.queue_uses, command.route, command.key, connection.protocol)
         token = (-connection.id, next(self._requests))
-        context = None
-        if self.shard.history is not None:
-            home = self._homes.get(connection.id)
-            context = (connection.protocol, f"{home[1] if home else 'd'}-{connection.origin}")
-        reply = self.shard.execute(op, args, token, context)
+        # who it is: a lease's holder, and who the history names
+        client = self.records.get(connection.id) if op == "lease" or self.shard.history is not None else None
+        reply = self.shard.execute(op, args, token, client)
         if reply is None:
             self._callbacks[token] = callback
             return token
@@ -155,6 +162,7 @@ class DirectServer:
 
     def client_left(self, connection: Connection) -> None:
         self.clients -= 1
+        self._let_go(connection, closed=True)
         home = self._homes.pop(connection.id, None)
         if home is not None:
             try:
@@ -167,18 +175,29 @@ class DirectServer:
         """Hand ``connection`` back to its router, from ``command`` on."""
         home = self._homes.pop(connection.id, None)
         self.clients -= 1
+        record = self._let_go(connection, closed=False)
         if home is None:
             return False
         channel, router, options = home
         self.shard.flush_links()   # what it caused goes first
         move = Move(connection.protocol, options, state, unread, connection.origin, router,
-                    connection.moves, connection.limits)
+                    connection.moves, connection.limits,
+                    client=record.description() if record is not None else None)
         try:
             channel.send_move(connection._fd, move)
         except OSError as err:
             log.warning("handing a connection back failed: %s", err)
             return False
         return True
+
+    def _let_go(self, connection: Connection, closed: bool) -> Optional[ClientRecord]:
+        """``connection`` is no longer served here; if it ``closed`` (rather
+        than went back to its router), its record says since when (a lease
+        may still name it)."""
+        record = self.records.pop(connection.id, None)
+        if record is not None and closed:
+            record.left = time.time_ns() // 1000
+        return record
 
     def gone_router(self, channel: HandoffChannel) -> None:
         """A router's handoff socket closed: nothing more goes back that way."""
@@ -188,3 +207,10 @@ class DirectServer:
     def on_gone(self, gone: Gone) -> None:
         """Routers send shards no such note."""
 
+
+def _peer(sock: socket.socket) -> str:
+    """The client's address, asked of the socket itself ("" if it is gone already)."""
+    try:
+        return peer_address(sock.getpeername())
+    except OSError:
+        return ""

@@ -162,9 +162,12 @@ class IdHome:
     def register(self, ids: Iterable[str], shard: int) -> None:
         """Jobs ``ids`` live on ``shard`` now (moved there with their queue's slot)."""
         entries = self.entries
+        syncing = self._syncing.get(shard)
         for id in ids:
             if shard != self.index:
                 entries.set(id, shard)
+                if syncing is not None:   # kept through the listing under way
+                    syncing.add(id)
                 continue
             known = entries.shard_of(id)   # here now: what was known of it elsewhere is over
             if known is not None and known != SHARED:

@@ -26,7 +26,7 @@ import gevent
 from ..cluster.slots import slot_of
 from ..engine.status import CLIENT_ERROR, MOVED, NOT_FOUND, OK, SERVER_ERROR, Reply
 from ..router.primaries import PrimaryPlaces, view_problem
-from ..router.shardlink import Address, Auth, Places, ShardLink
+from ..router.shardlink import Address, Auth, Places, ShardLink, unavailable
 from ..router.slotmap import SlotMap
 from ..sharding import shard_for
 
@@ -65,7 +65,7 @@ class Peers:
         self.links: Dict[int, ShardLink] = {}
         for i, address in enumerate(addresses):
             self.add(i, address)
-        #: a replicated cluster on etcd: where its supervisor says each primary is
+        #: a cluster on etcd: where its supervisor says each primary is, and which nodes live
         self.primaries: Optional[PrimaryPlaces] = None
         self._claims: List[Tuple[str, Verdict]] = []
         self._forgets: Dict[int, List[str]] = {}
@@ -81,14 +81,16 @@ class Peers:
         self.count = max(self.count, ordinal + 1)
 
     def cluster_view(self, request: List[Any]) -> Dict[str, Any]:
-        """``["cluster", "view", runs, primaries]``, the supervisor's watch on
-        etcd (see :mod:`queueserver.router.primaries`): the links to the
-        shards whose primary it names go there at once. The slot map in it
-        is left alone: a shard learns slots from the shards themselves."""
-        if len(request) != 4 or request[1] != "view":
-            return {"error": f"a shard answers [\"cluster\", \"view\", runs, primaries], not "
+        """``["cluster", "view", runs, primaries, nodes]``, the supervisor's
+        watch on etcd (see :mod:`queueserver.router.primaries`): the links to
+        the shards whose primary it names go there at once, and a shard
+        served by a node that holds no lease is not waited for. The slot map
+        in it is left alone: a shard learns slots from the shards themselves."""
+        if len(request) not in (4, 5) or request[1] != "view":
+            return {"error": f"a shard answers [\"cluster\", \"view\", runs, primaries, nodes], not "
                              f"{request!r:.100}", "status": 400}
-        problem = view_problem(request[2], request[3])
+        nodes = request[4] if len(request) == 5 else None
+        problem = view_problem(request[2], request[3], nodes)
         if problem:
             log.warning("shard %d: cluster view refused: %s", self.index, problem)
             return {"error": f"cluster view refused: {problem}", "status": 400}
@@ -97,6 +99,9 @@ class Peers:
                 link = self.links.get(ordinal)
                 if link is not None:
                     self.primaries.take(link, epoch, node, copy)
+            if nodes is not None:
+                for link in self.primaries.leases(nodes, self.links.values()):
+                    self._release(link.index)   # what waited for it goes now, and is answered
         return {"taken": True}
 
     def home_of(self, id: str) -> int:
@@ -173,7 +178,7 @@ class Peers:
             return
         link = self.links.get(home)
         if link is None:
-            done([[SERVER_ERROR, f"Shard {home} unavailable"]] * len(ids))
+            done([unavailable(home)] * len(ids))
             return
         slots = [slot_of(id) for id in ids] if self.slots is not None else None
 
@@ -218,10 +223,12 @@ class Peers:
             link.call("slots", [], partial(answered, link))
 
     def _when_up(self, link: ShardLink, send: Callable[[], object]) -> None:
-        """``send()`` now, or once the link is up (a shard starting, or
-        restarting); if it is not up within :data:`LINK_WAIT`, then anyway
-        (the link answers with its error)."""
-        if link.up:
+        """``send()`` now, or once the link is up if it is making its first
+        try (a shard starting); if it is not up within :data:`LINK_WAIT`,
+        then anyway. A shard known to be down (its link lost or refused, its
+        node's etcd lease lapsed) is not waited for: the link answers with
+        its error at once, and an add whose id's home it is goes on."""
+        if link.up or link.known_down:
             send()
             return
         waiting = self._waiting.get(link.index)

@@ -29,7 +29,7 @@ import sys
 import time
 import uuid
 from functools import partial
-from typing import Any, Callable, Dict, Final, List, Optional, Sequence, Tuple, TypedDict
+from typing import Any, Callable, Dict, Final, List, Optional, Sequence, Set, Tuple, TypedDict
 
 import gevent
 from gevent import socket
@@ -38,6 +38,7 @@ from gevent.pool import Group
 
 from ..engine import Engine
 from ..engine.effects import Effects
+from ..engine.job import LEASED as JOB_LEASED
 from ..engine.ownership import OutgoingMove, SlotOwnership
 from ..engine.status import NOT_FOUND, OK, SERVER_ERROR, Reply
 from ..lifecycle import EXIT_DEPOSED, EXIT_REFUSED
@@ -47,10 +48,11 @@ from .replication import Replicator
 from .idhome import IdHome
 from ..router.primaries import PrimaryPlaces
 from .peers import DUPLICATE, GRANTED, Peers
-from ..router.shardlink import Address, Places
+from ..router.shardlink import STOPPING, Address, Places
 from .direct import DirectServer, Token
 from ..router.slotmap import SlotMap
 from .history import Context, HistoryWriter
+from .clients import VIA_ROUTER, ClientRecord
 from ..net.channel import FrameChannel
 from ..net.handoff import HandoffChannel, handoff_path, listen_seqpacket
 from .stats import ShardStats
@@ -64,6 +66,7 @@ from ..numbers import Blocks, NumberFile, NumbersError
 from ..lifecycle import die_with_supervisor, settle_gc, setup_logging, stop_event
 
 log: Final = logging.getLogger("queueserver.shard")
+UNCHECKED_PRUNE: Final = 4096   # ids kept for a home out of reach before those gone are dropped
 
 
 class Retention(TypedDict, total=False):
@@ -106,6 +109,9 @@ class Shard:
         #: whether the id home waits (a while) for every other shard's job list before it answers
         self.await_peers = True
         self._homed: Dict[int, List[str]] = {}   # shard -> ids listed for it, page by page
+        #: home -> ids of jobs made here while it could not be asked (see _home_unreachable)
+        self._unchecked: Dict[int, Set[str]] = {}
+        self._unchecked_prune: Dict[int, int] = {}
         self._unchecked_logged = 0.0
         #: the shard's log, when it is durable (None: jobs live in memory only)
         self.durability: Optional[Durability] = None
@@ -119,7 +125,16 @@ class Shard:
                                                    backlog_limit=cluster.spec.replica_backlog)
         #: the job history (None: not kept), and who is behind parked requests
         self.history: Optional[HistoryWriter] = None
-        self._contexts: Dict[Token, Sequence[str]] = {}
+        self._contexts: Dict[Token, Context] = {}
+        #: who each leased job's lease went to (job id -> its client's record), for
+        #: the console: set on every lease; an entry whose job is no longer leased
+        #: is stale and swept away (see :meth:`_held`)
+        self.holders: Dict[str, ClientRecord] = {}
+        self._sweep_holders_at = HOLDERS_SWEEP
+        #: the clients of parked lease requests (token -> record), until they are answered
+        self._lessees: Dict[Token, ClientRecord] = {}
+        #: the clients each router's channel told of (channel -> connection id -> record)
+        self.clients: Dict[int, Dict[int, ClientRecord]] = {}
         if history_dir is not None:
             self.history = HistoryWriter(history_dir, index, **(history_retention or {}))
             self.engine.history = True
@@ -144,10 +159,10 @@ class Shard:
         return now_us()
 
     def execute(self, op: str, args: Sequence[Any], token: Optional[Token] = None,
-                context: Context = None) -> Optional[Reply]:
+                client: Optional[ClientRecord] = None) -> Optional[Reply]:
         """Run one request on the engine and take in its effects; its own
-        reply, or None when it waits under ``token``. ``context``: the
-        client's (protocol, connection), for the history."""
+        reply, or None when it waits under ``token``. ``client``: whose
+        request it is, if known: a lease's holder, and who the history names."""
         if self.stopping:   # the log may be closing: change nothing
             return [SERVER_ERROR, "Shard is stopping"]
         if op in _NUMBERED and self.engine.needs_numbers():
@@ -162,14 +177,53 @@ class Shard:
         fx = self.engine.execute(op, args, now, token)
         self._take(fx)
         reply = fx.reply
+        if op == "lease" and client is not None:   # who holds it, for the console
+            if reply is None:
+                if token is not None:
+                    self._lessees[token] = client   # parked: its answer names the job
+            elif reply[0] == OK:
+                holders = self.holders
+                holders[reply[1][0]] = client   # (inline: one dict entry is all a lease costs)
+                if len(holders) >= self._sweep_holders_at:
+                    self._sweep_holders()
         if fx.placed and op in _NUMBERED and token is not None:
             reply = self._claim(fx.placed[0], token, reply)
         if fx.history is not None and self.history is not None:   # (the engine's is on only then)
+            context = client.context if client is not None else None
             if reply is None and context is not None and token is not None:
                 self._contexts[token] = context   # parked: a lease may go to it later
             if fx.history:
                 self.history.record(fx.history, now, context, self._lessee(token, context))
         return reply
+
+    def _held(self, id: str, client: ClientRecord) -> None:
+        """Job ``id`` was leased to ``client`` (a parked lease answered; an
+        immediate one does this inline in :meth:`execute`)."""
+        holders = self.holders
+        holders[id] = client
+        if len(holders) >= self._sweep_holders_at:
+            self._sweep_holders()
+
+    def _sweep_holders(self) -> None:
+        """Entries of ``holders`` are not removed when a lease ends (no cost
+        on that path): once they are twice as many as were left last time,
+        those whose job is no longer leased are swept (amortized: a lookup
+        per lease)."""
+        jobs = self.engine.jobs
+        kept: Dict[str, ClientRecord] = {}
+        for held, record in self.holders.items():
+            job = jobs.get(held)
+            if job is not None and job.state == JOB_LEASED:
+                kept[held] = record
+        self.holders = kept
+        self._sweep_holders_at = max(HOLDERS_SWEEP, 2 * len(kept))
+
+    def holder(self, id: str) -> Optional[ClientRecord]:
+        """Who holds leased job ``id`` (None: not leased, or not known)."""
+        job = self.engine.jobs.get(id)
+        if job is None or job.state != JOB_LEASED:
+            return None
+        return self.holders.get(id)
 
     # ------------------------------------------------------------- id homes
     def cluster_view(self, request: List[Any]) -> Dict[str, Any]:
@@ -198,8 +252,8 @@ class Shard:
             if result[0] == SERVER_ERROR:
                 # The home is out of reach: a shard that is down must not stop
                 # adds to every live queue. The id is taken as new; the home
-                # learns of the job from this shard's list when it is back.
-                self._home_unreachable(home, result)
+                # learns of the job when its link is back (_peer_up).
+                self._home_unreachable(home, result, (id,))
                 result = GRANTED
             if result[0] != OK:
                 self.execute("withdraw_new", (id,))
@@ -217,7 +271,19 @@ class Shard:
             self.peers.claim(id, verdict)
         return None
 
-    def _home_unreachable(self, home: int, error: Reply) -> None:
+    def _home_unreachable(self, home: int, error: Reply, ids: Sequence[str]) -> None:
+        """Jobs ``ids`` were made (or moved in) while their home (-1: some
+        home) could not be asked: kept to be registered there once its link
+        is back (see :meth:`_register_unchecked`)."""
+        for id in ids:
+            at = home if home >= 0 else self.home_of(id)
+            unchecked = self._unchecked.setdefault(at, set())
+            unchecked.add(id)
+            if len(unchecked) >= self._unchecked_prune.get(at, UNCHECKED_PRUNE):
+                # a home down for long: forget the jobs that left meanwhile
+                jobs = self.engine.jobs
+                unchecked.intersection_update(jobs)
+                self._unchecked_prune[at] = max(UNCHECKED_PRUNE, 2 * len(unchecked))
         now = time.monotonic()
         if now - self._unchecked_logged > 10:
             self._unchecked_logged = now
@@ -278,7 +344,7 @@ class Shard:
         peers = Peers(self.index, addresses, self._peer_up, self._home_batch,
                       linkauth.client_credentials(spec.secret_file, spec.tls), SlotMap(spec.founders()),
                       self._more_peers)
-        if spec.replicas and spec.etcd is not None:
+        if spec.etcd is not None:   # where the primaries are (with replicas) and which nodes are alive
             peers.primaries = PrimaryPlaces(spec, cluster.node, {
                 shard.ordinal: os.path.join(directory, f"shard-{shard.index}.sock")
                 for shard in spec.shards_of(cluster.node)})
@@ -334,6 +400,27 @@ class Shard:
                 peers.ask(shard, "homed", [self.index, reply[1]["next"]], page)
 
         peers.ask(shard, "homed", [self.index, 0], page)
+        self._register_unchecked(shard)
+
+    def _register_unchecked(self, home: int) -> None:
+        """The link to ``home`` is up again: the jobs made here while it was
+        out of reach, still here, are registered there (its own listing of
+        this shard may have been taken before they were made)."""
+        peers = self.peers
+        assert peers is not None   # its link calls this
+        unchecked = self._unchecked.pop(home, None)
+        if not unchecked:
+            return
+        jobs = self.engine.jobs
+        ids = [id for id in unchecked if id in jobs]
+
+        def registered(replies: List[Reply]) -> None:
+            left = [id for id, reply in zip(ids, replies) if reply[0] != OK]
+            if left:   # down again already: next time
+                self._unchecked.setdefault(home, set()).update(left)
+
+        if ids:
+            peers.register(ids, registered)
 
     def _home_op(self, channel: FrameChannel, req_id: int, op: str, args: Any) -> None:
         """A request about ids homed here, or about this shard's jobs of another home."""
@@ -547,10 +634,19 @@ class Shard:
         engine = self.engine
         replicator = durability.replicator if durability is not None else None
 
-        def handle(frame: Any) -> None:   # [request id, op, args, context?, slots?] (msgpack)
+        known: Dict[int, ClientRecord] = {}   # the clients this channel's router told of
+        self.clients[cid] = known
+
+        def handle(frame: Any) -> None:   # [request id, op, args, client?, slots?] (msgpack)
             req_id, op, args = frame[0], frame[1], frame[2]
             if req_id == 0:  # a control frame from a router (or, forget, another shard)
-                if op == "forget":  # jobs of another shard that left it, ids homed here
+                if op == "client":  # who a connection of that router is (its requests name it by id)
+                    known[args[0]] = ClientRecord.from_description(args, VIA_ROUTER)
+                elif op == "left":  # that connection closed (a lease may still name it)
+                    record = known.pop(args, None)
+                    if record is not None:
+                        record.left = now_us()
+                elif op == "forget":  # jobs of another shard that left it, ids homed here
                     self.home.forget(args[1], args[0])
                 elif op == "cancel":  # withdraw this channel's parked request
                     execute("cancel", ((cid, args),))
@@ -585,7 +681,7 @@ class Shard:
                 self._home_op(channel, req_id, op, args)
                 return
             try:
-                reply = execute(op, args, (cid, req_id), frame[3] if len(frame) > 3 else None)
+                reply = execute(op, args, (cid, req_id), known.get(frame[3]) if len(frame) > 3 else None)
             except Exception as err:  # a bug must not take the shard down
                 log.exception("shard %d: %s %r failed", self.index, op, args)
                 reply = [SERVER_ERROR, f"{type(err).__name__}"]
@@ -606,6 +702,9 @@ class Shard:
                 replicator.detach(channel)
             del self.channels[cid]
             self.router_clients.pop(cid, None)
+            gone = now_us()
+            for record in self.clients.pop(cid, {}).values():   # its router's connections are gone
+                record.left = gone
             for router in [r for r, c in self.router_channels.items() if c == cid]:
                 del self.router_channels[router]
             # The router is gone: so is every connection it served.
@@ -662,8 +761,9 @@ class Shard:
     def _moved_in(self, channel: FrameChannel, req_id: int, op: str, args: Any, reply: Reply, fresh: bool,
                   named: Sequence[int], registered: List[Reply]) -> None:
         failed = [r for r in registered if r[0] != OK]
-        if failed:   # a home out of reach learns of them from this shard's list once it is back
-            self._home_unreachable(-1, failed[0])
+        if failed:   # a home out of reach learns of them once its link is back
+            self._home_unreachable(-1, failed[0], [event[1] for event, r in zip(args[2], registered)
+                                                   if r[0] != OK])
         self._cluster_answer(channel, req_id, op, args, reply, fresh, named, None)
 
     def _cluster_answer(self, channel: FrameChannel, req_id: int, op: str, args: Any, reply: Reply,
@@ -694,6 +794,13 @@ class Shard:
     def _broadcast(self, frame: List[Any]) -> None:
         for channel in self.channels.values():
             channel.send(frame)
+
+    def say_stopping(self) -> None:
+        """Tell every router and shard linked here that this one stops
+        cleanly (they log its going as such, not as a lost shard); sent now,
+        before the loop that would send it ends."""
+        self._broadcast([0, STOPPING, None])
+        gevent.sleep(0)   # one loop turn: the writers send what is queued
 
     def stop(self) -> None:
         """Take no more requests and run no more timers, before the history
@@ -728,10 +835,14 @@ class Shard:
         engine = self.engine
         while self._later:   # a delivery may execute held requests, which may answer more
             later, self._later = self._later, []
-            contexts = self._contexts
+            contexts, lessees = self._contexts, self._lessees
             for token, reply in later:
                 if contexts:
                     contexts.pop(token, None)
+                if lessees:   # a parked lease answered: who holds the job
+                    client = lessees.pop(token, None)
+                    if client is not None and reply[0] == OK:
+                        self._held(reply[1][0], client)
                 cid = token[0]
                 if cid < 0:
                     self.answer(partial(self.direct.deliver, token), reply)
@@ -765,6 +876,8 @@ class Shard:
             self._after_batch()
 
 
+#: entries of ``Shard.holders`` below which stale ones are not swept
+HOLDERS_SWEEP: Final = 4096
 #: requests about the ids homed here (:mod:`.idhome`)
 _HOME_OPS: Final = frozenset(("claims", "register", "locate", "homed"))
 HOMED_PAGE: Final = 50000   # ids per page of a "homed" answer
@@ -894,6 +1007,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     server = gevent.spawn(shard.serve)
     server.link(lambda g: stop.set())
     stop.wait()
+    shard.say_stopping()
     server.kill()
     shard.stop()
     if shard.history is not None:
