@@ -7,6 +7,7 @@ non-zero status (2 for what the caller can fix), never a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import sys
 from typing import List, NoReturn, Optional
@@ -100,18 +101,19 @@ def _worker_parser(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
 def _history_parser(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     from .history.options import add_arguments
     p = sub.add_parser("history", help="turn the shards' job history into Parquet tables and a report",
-                       description="Read the shards' job history files with Spark (PySpark, the "
-                                   "'spark' extra) and write the jobs, queue_minutes and stuck "
-                                   "tables and report.html; later runs read only what is new.")
+                       description="Read the shards' job history files (in this process for a "
+                                   "small local history, else with Spark; the 'spark' extra) and "
+                                   "write the jobs, queue_minutes, stuck and failed tables and "
+                                   "report.html; later runs read only what is new.")
     add_arguments(p)
 
 
 def _history(args: argparse.Namespace) -> int:
-    try:
-        from .history.app import run_from_args
-    except ImportError as err:
-        fail(f"history needs PySpark and matplotlib ({err}); install the spark extra from the "
-             f"checkout: pip install '.[spark]' (and Java 17)", 2, f"{PROG} history")
+    missing = [name for name in ("pyspark", "pyarrow") if importlib.util.find_spec(name) is None]
+    if missing:
+        fail(f"history needs {' and '.join(missing)}; install the spark extra from the "
+             f"checkout: pip install '.[spark]' (and Java 17 for Spark)", 2, f"{PROG} history")
+    from .history.app import run_from_args
     return run_from_args(args, f"{PROG} history")
 
 

@@ -11,6 +11,9 @@
   that is not there.
 - Every page opens, right under its title, with a paragraph saying what the
   reader will be able to do after reading it.
+- In Chromium, the built site leads from its home page to Getting started,
+  asks for nothing outside its own files, and a link to another page's
+  section lands on it.
 """
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ from typing import Iterator, List, Set, Tuple
 import pytest
 import yaml
 from markdown.extensions.toc import slugify
+
+from browser import screenshot
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -102,14 +107,45 @@ def pages() -> List[Path]:
     return sorted(DOCS.glob("**/*.md"))
 
 
-def test_the_site_builds_strict_without_a_warning(tmp_path):
-    result = build(ROOT / "mkdocs.yml", tmp_path / "site")
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Tuple[Path, subprocess.CompletedProcess]:
+    """The site as ``make docs`` builds it (once for the module), and the build's output."""
+    out = tmp_path_factory.mktemp("docs") / "site"
+    return out, build(ROOT / "mkdocs.yml", out)
+
+
+def test_the_site_builds_strict_without_a_warning(site):
+    out, result = site
     assert result.returncode == 0, result.stdout + result.stderr
     assert not warnings(result), "\n".join(warnings(result))
     for page in pages():
         name = page.relative_to(DOCS).with_suffix("")
-        built = tmp_path / "site" / ("index.html" if name == Path("index") else name / "index.html")
+        built = out / name.with_suffix(".html")
         assert built.is_file(), f"{page.name} was not built"
+
+
+def test_the_getting_started_page_reads_offline_in_a_browser(site, page):
+    """In Chromium: the home page leads to Getting started, which asks for nothing but the
+    site's own files (no web font: the site is read without a network), and whose links to
+    other pages' sections land on them."""
+    out, result = site
+    assert result.returncode == 0, result.stdout + result.stderr
+    requests: List[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    page.goto((out / "index.html").as_uri())
+    page.get_by_role("link", name="Getting started").first.click()
+    page.wait_for_load_state("load")
+    assert page.url.endswith("/getting-started.html"), page.url
+    assert page.locator("h1").inner_text().rstrip("¶") == "Getting started"
+    assert page.locator("article pre").count() >= 5
+    link = page.locator("article a", has_text="workq commands").first
+    link.click()
+    page.wait_for_load_state("load")
+    assert page.url.endswith("/protocols.html#workq-commands"), page.url
+    assert page.locator("#workq-commands").is_visible()
+    screenshot(page, "docs-getting-started-link")
+    outside = [url for url in requests if not url.startswith(("file:", "data:", "blob:"))]
+    assert not outside, f"the site asked for: {outside}"
 
 
 @pytest.mark.parametrize("breakage", ["missing-page", "missing-anchor"])

@@ -47,3 +47,23 @@ def test_quick_history_bench(tmp_path) -> None:
     assert (again["rows"], again["added"], again["duplicates"]) == (QUICK_ROWS, 0, QUICK_ROWS)
     assert new["rows_per_second"] > 0 and again["rows_per_second"] > 0
     assert os.listdir(tmp_path) == ["bench.json"]         # the generated history was removed
+
+
+SMALL_BENCH = os.path.join(REPO, "loadtests", "history_small_bench.py")
+
+
+def test_small_history_bench_splits_the_time_of_a_real_run(tmp_path) -> None:
+    """``history_small_bench.py`` (Python engine only here: the engines' agreement is
+    tests/test_history_engines.py's) runs the command as a process and splits its time."""
+    out = tmp_path / "small.json"
+    proc = subprocess.run([sys.executable, SMALL_BENCH, "--engines", "python", "--events", "3000",
+                           "--dir", str(tmp_path), "--json", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"{proc.stdout}\n--- stderr:\n{proc.stderr[-4000:]}"
+    for heading in ("wall s", "Spark start s", "work s", "python stages (s): listing", "machine:"):
+        assert heading in proc.stdout, f"{heading!r} missing from:\n{proc.stdout}"
+    [run] = json.loads(out.read_text())["runs"]
+    assert run["engine"] == "python" and 0 < run["took"] <= run["wall"]
+    assert [what for what, _ in run["stages"]][-1] == "writing report.html"
+    assert "queueserver history: " in run["summary"] and "3,000 records" in run["summary"]
+    assert os.listdir(tmp_path) == ["small.json"]         # the generated history was removed

@@ -1,9 +1,11 @@
 """The report's chart choices (queueserver/history/charts.py) on plain lists, without Spark:
-bars or steps, linear or log, the headroom above the tallest bar, and names that fit."""
+bars or steps, linear or log, the headroom above the tallest bar, and names that fit; and the
+SVG each chart is drawn as, with the data its hover and zoom read."""
 from __future__ import annotations
 
-import base64
+import json
 import math
+import re
 
 import pytest
 
@@ -105,10 +107,18 @@ def test_totals_are_zero_where_nothing_happened():
         "added": [3, 0, 0, 2], "completed": [0, 0, 0, 2]}
 
 
-def png_size(src: str) -> tuple:
-    data = base64.b64decode(src.split(",", 1)[1])
-    assert data.startswith(b"\x89PNG\r\n\x1a\n")
-    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+def svgs(chart) -> list:
+    """Each ``<svg class="chart">`` of a chart with its data: (markup, data)."""
+    found = re.findall(r'(<svg class="chart".*?</svg>)<script type="application/json" '
+                       r'class="chart-data">(.*?)</script>', chart.markup, re.S)
+    assert found, chart.markup[:300]
+    return [(svg, json.loads(data)) for svg, data in found]
+
+
+def marks(svg: str) -> int:
+    """The bars or cells drawn in a chart's plot area (its background, hover and selection aside)."""
+    [area] = re.findall(r'<svg class="area".*?</svg>', svg, re.S)
+    return area.count("<rect") - 3
 
 
 def test_charts_are_drawn_as_planned():
@@ -116,8 +126,12 @@ def test_charts_are_drawn_as_planned():
     chart = charts.counts_chart("Jobs", two, {"added": [4, 7], "completed": [3, 6]}, "jobs")
     assert chart.plan is not None and (chart.plan.kind, chart.plan.log) == ("bars", False)
     assert "Log scale" not in chart.subtitle
-    width, height = png_size(chart.src)
-    assert width == round(charts.WIDTH_IN * charts.DPI) and 300 < height < 700
+    [(svg, data)] = svgs(chart)
+    assert marks(svg) == 4                                        # a bar per bucket and series
+    assert [s["values"] for s in data["series"]] == [[4, 7], [3, 6]]
+    assert (data["axis"], data["count"], data["first"], data["width"]) == ("time", 2, T0 // 1000,
+                                                                          MINUTE // 1000)
+    assert re.findall(r'class="value" data-bx="[^"]+">(\d+)<', svg) == ["4", "7", "3", "6"]
 
     many = Buckets(T0, MINUTE, 180, "minute")
     burst = [5] * 180
@@ -125,15 +139,24 @@ def test_charts_are_drawn_as_planned():
     chart = charts.counts_chart("Jobs", many, {"added": burst}, "jobs")
     assert chart.plan is not None and (chart.plan.kind, chart.plan.log) == ("steps", True)
     assert "Log scale" in chart.subtitle and "500×" in chart.subtitle
+    [(svg, data)] = svgs(chart)
+    assert '<svg class="area" ' in svg and 'viewBox="0 0 180 ' in svg      # the plot, in buckets
+    assert svg.count('<path class="line"') == 1 and marks(svg) == 0   # one path, no bars
+    assert re.findall(r'class="tick">(\w+)</text>', svg)[:4] == ["0", "1", "10", "100"]   # log ticks
 
     three = Buckets(T0, MINUTE, 3, "minute")
     times = charts.times_chart("Times", three,
                                {"wait": {"p50": [0.01, None, 0.012], "p99": [0.02, None, 5.0]},
                                 "run": {"p50": [1.0, 1.1, None], "p99": [1.2, 1.3, None]}})
     assert "log scale for wait times" in times.subtitle.lower() and "run" not in times.subtitle
+    panels = svgs(times)
+    assert [data["panel"] for _, data in panels] == ["wait", "run"]
+    assert panels[0][1]["series"][1]["values"] == [0.02, None, 5.0]        # a blank stays blank
     queues = charts.queues_chart("Queues", [("x" * 200, {"completed": 5, "failed": 1}),
                                             ("short", {"completed": 2})])
-    assert png_size(queues.src)[0] == round(charts.WIDTH_IN * charts.DPI)
+    [(svg, data)] = svgs(queues)
+    assert re.findall(r'class="name">([^<]*)<', svg) == ["x" * 31 + "…", "short"]   # cut on the chart
+    assert data["rows"][0]["name"] == "x" * 200                           # whole in the hover
 
 
 def test_the_queue_heat_map_turns_logarithmic_for_a_burst():
@@ -143,12 +166,29 @@ def test_the_queue_heat_map_turns_logarithmic_for_a_burst():
     burst = steady + [("burst", [0] * 120 + [2500] + [0] * 59)]
     chart = charts.heatmap_chart("Added", axis, burst, "jobs")
     assert "Log colour scale" in chart.subtitle
-    assert png_size(chart.src)[0] == round(charts.WIDTH_IN * charts.DPI)
+    [(svg, data)] = svgs(chart)
+    assert data["kind"] == "heat" and [r["name"] for r in data["rows"]] == ["q1", "x" * 150, "burst"]
+    assert marks(svg) == 180 + 90 + 1                                      # a cell where there are jobs
+
+
+def test_heat_colours_grow_darker_with_the_count():
+    light, dark = charts.heat_color(1, 100, False), charts.heat_color(100, 100, False)
+    assert light != dark and dark == charts.HEAT[-1]
+    assert charts.heat_color(10, 100, True) == charts.heat_color(50, 100, False)   # log: 10 is halfway
+    assert sum(int(dark[i:i + 2], 16) for i in (1, 3, 5)) < sum(int(light[i:i + 2], 16) for i in (1, 3, 5))
 
 
 def test_charts_of_nothing_are_still_drawn():
     one = Buckets(T0, MINUTE, 1, "minute")
-    assert png_size(charts.heatmap_chart("Added", one, [], "jobs").src)[0] > 0
-    assert png_size(charts.counts_chart("Jobs", one, {"added": [0]}, "jobs").src)[0] > 0
-    assert png_size(charts.times_chart("T", one, {"wait": {"p50": [None]}}).src)[0] > 0
-    assert png_size(charts.queues_chart("Q", []).src)[0] > 0
+    for chart in (charts.heatmap_chart("Added", one, [], "jobs"),
+                  charts.counts_chart("Jobs", one, {"added": [0]}, "jobs"),
+                  charts.times_chart("T", one, {"wait": {"p50": [None]}}),
+                  charts.queues_chart("Q", [])):
+        assert svgs(chart)
+
+
+def test_a_value_cannot_end_the_data_element():
+    one = Buckets(T0, MINUTE, 1, "minute")
+    chart = charts.heatmap_chart("Added", one, [("</script><b>", [1])], "jobs")
+    [(_, data)] = svgs(chart)
+    assert data["rows"][0]["name"] == "</script><b>" and "</script><b>" not in chart.markup

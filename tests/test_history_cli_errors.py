@@ -1,11 +1,13 @@
 """``queueserver history`` as a real process: what a user gets wrong is one line and status 2.
 
-``--out`` naming a regular file, a damaged ``_checkpoint.json`` (its Hadoop
-checksum sidecar no longer matches, so Hadoop's ``ChecksumException`` comes
-first) and a Java that is not there must each end in one ``queueserver
+``--out`` naming a regular file, a damaged ``_checkpoint.json`` (on Spark
+its Hadoop checksum sidecar no longer matches, so Hadoop's
+``ChecksumException`` comes first; in Python it is not JSON) and a Java that
+is not there (for ``--engine spark``) must each end in one ``queueserver
 history: error: ...`` line, never a traceback. Where Spark had started,
 its own start-up chatter comes before that line; a missing Java is found
-before Spark starts, so there the line is all of stderr.
+before Spark starts, so there the line is all of stderr. A small history
+needs no Java at all: ``--engine auto`` computes it in Python.
 """
 from __future__ import annotations
 
@@ -55,14 +57,16 @@ def test_out_naming_a_regular_file(tmp_path):
     assert out.read_text() == "not a directory"
 
 
-def test_a_damaged_checkpoint_asks_for_a_rebuild(spark, tmp_path):
+@pytest.mark.parametrize("engine", ["spark", "python"])
+def test_a_damaged_checkpoint_asks_for_a_rebuild(spark, tmp_path, engine):
     data, out = data_dir(tmp_path), tmp_path / "out"
     run([str(data / "history")], str(out), spark=spark)
     checkpoint = out / "_checkpoint.json"
     assert (out / "._checkpoint.json.crc").exists()         # Hadoop's checksum sidecar
     checkpoint.write_text('{"format": 1, "state": ')         # an editor, a full disk, a bad copy
-    line = error_line(history("--data-dir", str(data), "--out", str(out)))
-    assert line.startswith(f"{PREFIX}cannot use the checkpoint {checkpoint} (ChecksumException: ")
+    line = error_line(history("--data-dir", str(data), "--out", str(out), "--engine", engine))
+    why = "ChecksumException: " if engine == "spark" else "Expecting value: "
+    assert line.startswith(f"{PREFIX}cannot use the checkpoint {checkpoint} ({why}"), line
     assert line.endswith("); run again with --rebuild to read every file anew"), line
     rebuilt = run([str(data / "history")], str(out), spark=spark, rebuild=True)
     assert (rebuilt.jobs, rebuilt.new_files) == (1, 1)
@@ -77,6 +81,17 @@ def test_java_missing(tmp_path, java):
         env.pop("JAVA_HOME", None)
         env["PATH"] = str(tmp_path)                          # no java anywhere on it
     err = one_line_error(history("--data-dir", str(data_dir(tmp_path)), "--out",
-                                 str(tmp_path / "out"), env=env))
+                                 str(tmp_path / "out"), "--engine", "spark", env=env))
     assert err.startswith(PREFIX) and "Java 17" in err and "openjdk-17-jre-headless" in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_small_history_needs_no_java(tmp_path):
+    """Without any java, ``--engine auto`` (the default) computes a small history in Python."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "SPARK_", "JAVA_"))}
+    env["PATH"] = str(tmp_path)                              # no java anywhere on it
+    result = history("--data-dir", str(data_dir(tmp_path)), "--out", str(tmp_path / "out"), env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "queueserver history: 1 job in 1 queue" in result.stdout
+    assert "in Python, without Spark" in result.stdout and "Traceback" not in result.stderr
+    assert (tmp_path / "out" / "jobs").is_dir() and (tmp_path / "out" / "report.html").is_file()

@@ -4,7 +4,7 @@ Servers before this fix wrote a second final event when a finished job they
 kept was dropped: ``expired`` when its TTL ran out, ``deleted`` when it was
 deleted (a ``run`` job once its caller had the result). A job's outcome is
 its FIRST final event (a take given back by ``returned`` aside), so those
-files give the outcome, finish time, run time, per-minute counts and stuck
+files give the outcome, finish time, run time, per-minute counts and failed
 list the clients saw, in one run and across incremental runs alike. A state
 an older ``queueserver history`` left cannot be merged into: that is one
 line asking for ``--rebuild``.
@@ -69,8 +69,9 @@ def check(spark, out: Path) -> None:
     first, drop = minutes[T0], minutes[T0 + 5 * MINUTE]
     assert (first.completed, first.failed, first.expired, first.deleted, first.taken) == (3, 1, 0, 0, 0)
     assert (drop.completed, drop.failed, drop.expired, drop.deleted) == (0, 0, 1, 0)
-    stuck = [(r.reason, r.id) for r in spark.read.parquet(str(out / "stuck")).collect()]
-    assert stuck == [("failed", "failed-then-expired")]
+    failed = [(r.outcome, r.id) for r in spark.read.parquet(str(out / "failed")).collect()]
+    assert failed == [("failed", "failed-then-expired")]
+    assert spark.read.parquet(str(out / "stuck")).count() == 0
 
 
 def test_old_files_give_each_jobs_first_outcome(spark, tmp_path):

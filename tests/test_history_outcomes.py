@@ -183,10 +183,10 @@ def test_history_and_metrics_agree_with_the_clients(spark, outcomes):
         metrics = {c: by(outcomes.samples, f"queueserver_jobs_{c}_total", "queue").get(queue, 0)
                    for c in COUNTERS}
         assert metrics == outcome_counts(expected), (queue, metrics)
-    # queue_minutes and stuck count the same outcomes
+    # queue_minutes and failed count the same outcomes
     minutes = {r.queue: r for r in spark.read.parquet(str(outcomes.out / "queue_minutes"))
                .groupBy("queue").sum(*COUNTERS).collect()}
     for queue, expected in EXPECTED.items():
         assert [minutes[queue][f"sum({c})"] for c in COUNTERS] == list(outcome_counts(expected).values())
-    stuck = sorted((r.reason, r.queue) for r in spark.read.parquet(str(outcomes.out / "stuck")).collect())
-    assert stuck == [("failed", KEPT), ("failed", TAN), ("failed", TAN)]
+    failed = sorted((r.outcome, r.queue) for r in spark.read.parquet(str(outcomes.out / "failed")).collect())
+    assert failed == [("failed", KEPT), ("failed", TAN), ("failed", TAN)]

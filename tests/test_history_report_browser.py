@@ -1,6 +1,7 @@
 """``report.html`` as a user sees it: two workloads through the real pipeline
-(history files in the shards' format, ``queueserver history``'s ``run`` on
-the test session's Spark), each report opened in Chromium at 1280 and 800 px.
+(history files in the shards' format, ``queueserver history``'s ``run``; its
+Python engine, which writes what Spark writes: tests/test_history_engines.py),
+each report opened in Chromium at 1280 and 800 px.
 
 * small: two minutes, a dozen jobs in two queues (the charts have two or
   three buckets: bars, linear);
@@ -11,12 +12,18 @@ the test session's Spark), each report opened in Chromium at 1280 and 800 px.
 Each page must fit the window (no horizontal scrolling of the page; wide
 tables scroll in their own box), load every chart, keep the worst-queues
 box inside the window, and ask for nothing but ``file:`` and ``data:``.
+The charts answer the pointer: hovering a bucket shows its values (those
+the history holds, counted here), hovering a queue its full name and
+counts, and dragging across a time chart zooms every chart of its figure
+into that range (the time labels follow), a double-click zooming back out.
 Screenshots: ``test-artifacts/screenshots/history-report-{small,large}*.png``.
 """
 from __future__ import annotations
 
 import json
 import random
+import re
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Dict, List, Tuple
 
@@ -112,13 +119,16 @@ def large() -> History:
     return h
 
 
+HISTORIES = {"small": small(), "large": large()}
+
+
 @pytest.fixture(scope="module")
-def reports(spark, tmp_path_factory) -> Dict[str, Path]:
+def reports(tmp_path_factory) -> Dict[str, Path]:
     made = {}
-    for name, history in (("small", small()), ("large", large())):
+    for name, history in HISTORIES.items():
         root = tmp_path_factory.mktemp(f"report-{name}")
         out = root / "out"
-        summary = run([str(history.write(root))], str(out), spark=spark, stale_after=600)
+        summary = run([str(history.write(root))], str(out), stale_after=600, engine="python")
         assert summary.jobs == history.jobs
         made[name] = out / "report.html"
     return made
@@ -172,3 +182,116 @@ def test_report_fits_the_window_and_loads_only_itself(page, reports, size):
         assert name.evaluate("e => e.scrollWidth > e.clientWidth")
         assert LONG in page.content() and "q03.burst" in text
         assert "Busiest minute: Jan 01 12:00 UTC" in text
+
+
+def added_per_minute(history: History, queue: str = "") -> Dict[int, int]:
+    """Jobs added per UTC minute (µs of its start), of one queue or all, counted from the
+    history's own lines."""
+    counts: Dict[int, int] = {}
+    for at, _, line in history.lines:
+        fields = json.loads(line)
+        if fields[3] == "added" and queue in ("", fields[5]):
+            counts[at - at % MINUTE] = counts.get(at - at % MINUTE, 0) + 1
+    return counts
+
+
+def words(locator) -> str:   # type: ignore[no-untyped-def]
+    """A tooltip's text on one line (its values float right of their names)."""
+    return " ".join(locator.inner_text().split())
+
+
+def plot_point(figure, bucket: float, count: int, panel: int = 0, row: int = 0,   # type: ignore[no-untyped-def]
+               rows: int = 1) -> Tuple[float, float]:
+    """Where bucket ``bucket`` (of ``count`` shown) of row ``row`` (of ``rows``) is on the page:
+    the plot area's place in its chart's coordinates, scaled to the chart's box on the page."""
+    chart = figure.locator("svg.chart").nth(panel)
+    chart.scroll_into_view_if_needed()
+    box = chart.bounding_box()
+    scale = box["width"] / float(chart.get_attribute("viewBox").split()[2])
+    area = chart.locator("svg.area")
+    left, top, width, height = (float(area.get_attribute(a)) * scale for a in ("x", "y", "width", "height"))
+    return (box["x"] + left + (bucket + 0.5) / count * width,
+            box["y"] + top + (row + 0.5) / rows * height)
+
+
+def test_hovering_a_bucket_shows_its_values(page, reports):
+    page.goto(reports["small"].as_uri())
+    flow = page.locator("figure", has_text="Jobs added and completed")
+    tip = flow.locator(".tip")
+    assert tip.is_hidden()
+    added = sorted(added_per_minute(HISTORIES["small"]).items())
+    first = added[0][0]
+    count = (added[-1][0] - first) // MINUTE + 1
+    for minute, n in added:
+        page.mouse.move(*plot_point(flow, (minute - first) // MINUTE, count))
+        assert tip.is_visible()
+        when = datetime.fromtimestamp(minute / S, timezone.utc)
+        text = words(tip)
+        assert f"{when:%b %d %H:%M}\u2013" in text, text
+        assert re.search(rf"added {n}\b", text), text
+    page.mouse.move(0, 0)
+    assert tip.is_hidden()
+    # The queues' bars: the busiest queue first, its outcomes and total.
+    queues = page.locator("figure", has_text="Jobs per queue, by outcome")
+    page.mouse.move(*plot_point(queues, 0, 1, row=0, rows=2))
+    text = words(queues.locator(".tip"))
+    assert text.startswith("emails") and "completed 6" in text and "failed 1" in text and "all 7" in text, text
+
+
+def test_dragging_across_a_time_chart_zooms_into_that_range(page, reports):
+    page.goto(reports["large"].as_uri())
+    flow = page.locator("figure", has_text="Jobs added and completed")
+    area = flow.locator("svg.area")
+    count = int(area.get_attribute("viewBox").split()[2])
+    assert count > 130 and flow.locator(".zoombar .reset").is_hidden()
+    before = flow.locator("g.xticks text").all_text_contents()
+    x0, y = plot_point(flow, 100, count)
+    x1, _ = plot_point(flow, 129, count)
+    page.mouse.move(x0, y)
+    page.mouse.down()
+    page.mouse.move(x1, y, steps=6)
+    page.mouse.up()
+    assert area.get_attribute("viewBox").split()[:3] == ["100", "0", "30"]
+    assert f"30 of {count} buckets" in flow.locator(".zoombar").inner_text()
+    assert flow.locator(".zoombar .reset").is_visible()
+    labels = flow.locator("g.xticks text").all_text_contents()
+    assert labels[0].startswith("11:40") and not any("10:00" in label for label in labels), labels
+    # Hovering after the zoom: the leftmost bucket shown is minute 100 (11:40 UTC), its count
+    # the one the history holds.
+    added = added_per_minute(HISTORIES["large"])
+    page.mouse.move(*plot_point(flow, 0, 30))
+    text = words(flow.locator(".tip"))
+    assert "11:40\u201311:41" in text, text
+    assert re.search(rf"added {added[min(added) + 100 * MINUTE]:,}\b", text), text
+    screenshot(page, "history-report-large-zoomed", full_page=False)
+    # The wait and run panels share their time axis: one drag zooms both.
+    times = page.locator("figure", has_text="Wait and run times")
+    page.mouse.move(*plot_point(times, 10, count, panel=1))
+    page.mouse.down()
+    page.mouse.move(*plot_point(times, 19, count, panel=1), steps=4)
+    page.mouse.up()
+    assert [times.locator("svg.area").nth(k).get_attribute("viewBox").split()[:3]
+            for k in (0, 1)] == [["10", "0", "10"]] * 2
+    # A double-click shows all again.
+    page.mouse.dblclick(*plot_point(flow, 5, 30))
+    assert area.get_attribute("viewBox").split()[:3] == ["0", "0", str(count)]
+    assert flow.locator(".zoombar .reset").is_hidden()
+    assert flow.locator("g.xticks text").all_text_contents() == before
+
+
+def test_the_heat_map_names_the_hovered_queue_and_its_count(page, reports):
+    page.goto(reports["large"].as_uri())
+    heat = page.locator("figure", has_text="Jobs added per queue and minute")
+    names = heat.locator("svg.chart text.name").all_text_contents()
+    count = int(heat.locator("svg.area").get_attribute("viewBox").split()[2])
+    row = names.index("q03.burst")
+    page.mouse.move(*plot_point(heat, 120, count, row=row, rows=len(names)))
+    text = words(heat.locator(".tip"))
+    minute = min(added_per_minute(HISTORIES["large"])) + 120 * MINUTE
+    burst = added_per_minute(HISTORIES["large"], "q03.burst")[minute]
+    assert text.startswith("q03.burst") and "12:00\u201312:01" in text, text
+    assert f"{burst:,} jobs" in text and burst > 1000, text
+    # The long name is cut on the chart, whole in the hover.
+    long_row = next(i for i, name in enumerate(names) if name.startswith("billing."))
+    page.mouse.move(*plot_point(heat, 3, count, row=long_row, rows=len(names)))
+    assert words(heat.locator(".tip")).startswith(LONG)

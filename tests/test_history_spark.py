@@ -9,7 +9,6 @@ over everything.
 """
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -285,18 +284,27 @@ def test_times_of_a_job_requeued_by_ttr_then_completed(spark, full):
     assert list(times) == [a, a + 2 * S, a + 35 * S, a + 45 * S]
 
 
-def test_stuck_lists_stale_unfinished_failed_and_dead_jobs(spark, full):
+def test_stuck_lists_stale_unfinished_jobs_by_their_state(spark, full):
+    """Stuck: unfinished for longer than the threshold; leased when the last lease stands."""
     out, summary = full
     stuck = rows(spark, out / "stuck", "id")
-    expected = sorted((j.id, "unfinished" if j.outcome == "unfinished" else j.outcome)
-                      for j in JOBS
-                      if j.outcome in ("failed", "dead")
-                      or (j.outcome == "unfinished" and j.added < END - STALE_AFTER * S))
-    assert [(r["id"], r["reason"]) for r in stuck] == expected
-    assert summary.stuck == len(expected) and summary.stale == sum(
-        1 for _, reason in expected if reason == "unfinished") == 9
+    expected = sorted((j.id, "leased" if j.kind == "stale_leased" else "ready") for j in JOBS
+                      if j.outcome == "unfinished" and j.added < END - STALE_AFTER * S)
+    assert [(r["id"], r["state"]) for r in stuck] == expected
+    assert summary.stuck == len(expected) == 9
+    assert summary.stuck_states == {"ready": 8, "leased": 1}
     oldest = min(j.added for j in JOBS if j.outcome == "unfinished")
-    assert max(r["age_seconds"] for r in stuck if r["reason"] == "unfinished") == (END - oldest) / S
+    assert max(r["age_seconds"] for r in stuck) == (END - oldest) / S
+
+
+def test_failed_lists_the_jobs_that_ended_failed_and_none_is_stuck(spark, full):
+    """Failed and dead jobs ended (the engine's state FAILED): listed in failed, not in stuck."""
+    out, summary = full
+    failed = rows(spark, out / "failed", "id")
+    assert [(r["id"], r["outcome"]) for r in failed] == sorted(
+        (j.id, j.outcome) for j in JOBS if j.outcome in ("failed", "dead"))
+    assert summary.failed == len(failed) == 10
+    assert not {r["id"] for r in failed} & {r["id"] for r in rows(spark, out / "stuck", "id")}
 
 
 def test_rejected_and_partial_lines_are_counted_and_reported(full):
@@ -313,16 +321,15 @@ def test_rejected_and_partial_lines_are_counted_and_reported(full):
 def test_report_is_one_self_contained_file(full):
     out, summary = full
     page = (out / "report.html").read_text()
-    images = re.findall(r'<img [^>]*src="([^"]+)"', page)
-    outside = re.sub(r'src="data:image/png;base64,[A-Za-z0-9+/=]+"', "", page)
-    assert not re.search(r"https?:|//[a-z]|<link|<script|@import|src=", outside, re.I)
-    assert len(images) == 5      # jobs, failures, wait and run times, queues, queues over time
-    for src in images:
-        assert src.startswith("data:image/png;base64,")
-        assert base64.b64decode(src.split(",", 1)[1]).startswith(b"\x89PNG\r\n\x1a\n")
+    assert not re.search(r"https?:|//[a-z]|<link|<img|@import|src=|href=|url\(", page, re.I)
+    assert len(re.findall(r"<script>", page)) == 1                        # the charts' own script
+    charts = re.findall(r'<svg class="chart"', page)
+    assert len(charts) == 6      # jobs, failures, wait times, run times, queues, queues over time
+    assert len(re.findall(r'<script type="application/json" class="chart-data">', page)) == 6
     for queue in QUEUES:
         assert f'<span class="name" title="{queue}">{queue}</span></td>' in page
-    assert f"Stuck jobs ({summary.stuck})" in page and "worst queues: " in page
+    assert f"Stuck jobs ({summary.stuck})" in page and f"Failed jobs ({summary.failed})" in page
+    assert "worst queues: " in page and "How long this run took" in page
 
 
 def test_incremental_runs_give_what_one_run_gives(spark, full, tmp_path):
@@ -349,7 +356,8 @@ def test_incremental_runs_give_what_one_run_gives(spark, full, tmp_path):
                 summary.partial_lines) == (whole.queues, whole.records, whole.malformed,
                                            whole.unknown_versions, whole.partial_lines)
     # The third run rebuilt the tables from the state the second left (same generation).
-    for table, order in (("jobs", ("id",)), ("queue_minutes", ("queue", "minute")), ("stuck", ("id",))):
+    for table, order in (("jobs", ("id",)), ("queue_minutes", ("queue", "minute")), ("stuck", ("id",)),
+                         ("failed", ("id",))):
         assert rows(spark, out / table, *order) == rows(spark, out_full / table, *order), table
 
 
@@ -360,6 +368,7 @@ def test_empty_history_then_a_file_then_the_file_shrank(spark, tmp_path):
     assert (empty.jobs, empty.files_listed, empty.records, empty.first_event) == (0, 0, 0, None)
     assert spark.read.parquet(str(out / "queue_minutes")).count() == 0
     assert spark.read.parquet(str(out / "stuck")).count() == 0
+    assert spark.read.parquet(str(out / "failed")).count() == 0
     assert "No events yet." in (out / "report.html").read_text()
 
     job = next(j for j in JOBS if j.kind == "completed")
@@ -385,8 +394,12 @@ def test_cli_continues_from_the_checkpoint_and_prints_the_summary(full, capsys):
     assert f"queueserver history: {len(JOBS)} jobs in {len(QUEUES)} queues" in printed
     assert f"read 0 of {len(FILES)} files (0 new, 0 grown), 0 bytes" in printed
     assert ", ".join(f"{o} {n}" for o, n in expected_outcomes().items()) in printed
-    assert f"stuck: {whole.stuck} (9 unfinished for more than 3600 s, 6 failed, 4 dead)" in printed
+    assert f"failed: {whole.failed} (6 failed by their worker, 4 dead: out of attempts) in {out}/failed" \
+        in printed
+    assert f"stuck: {whole.stuck} unfinished for more than 3600 s (8 ready, 1 leased) in {out}/stuck" \
+        in printed
     assert "worst queues: images 35.3% failed/dead/expired" in printed
+    assert re.search(r"took \d+\.\d s in Python, without Spark \([\d,]+ bytes of history", printed)
 
 
 def test_cli_with_a_missing_input_is_one_line(spark, tmp_path, capsys):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -48,7 +49,7 @@ STOP_GRACE = 20.0
 # Short-lived JVMs on two shared cores: the C1 compiler only and the serial
 # collector cut the run by about a third; they change no result.
 JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-TABLES = {"jobs": ("id",), "queue_minutes": ("queue", "minute"), "stuck": ("reason", "id")}
+TABLES = {"jobs": ("id",), "queue_minutes": ("queue", "minute"), "stuck": ("id",), "failed": ("id",)}
 # What an executor logs for every task that runs Python (a UDF, mapInPandas, an RDD lambda).
 PYTHON_TASK_MARKS = ("Starting Python task execution", "Times: total")
 
@@ -302,8 +303,13 @@ def test_cluster_tables_equal_the_local_ones(runs):
 
 
 def test_the_submitted_app_prints_the_local_summary(runs):
-    printed = runs.output[runs.output.index("queueserver history: "):].strip()
-    assert printed == runs.local_summary.replace(str(runs.local_out), str(runs.cluster_out))
+    """The same summary, but for the last line: how long each run took (on Spark, since
+    spark-submit ran it)."""
+    printed = runs.output[runs.output.index("queueserver history: "):].strip().splitlines()
+    local = runs.local_summary.replace(str(runs.local_out), str(runs.cluster_out)).splitlines()
+    assert printed[:-1] == local[:-1]
+    assert re.fullmatch(r"  took [\d.]+ s on Spark: starting Spark [\d.]+ s, work [\d.]+ s, "
+                        r"stopping Spark [\d.]+ s \(run by spark-submit\)", printed[-1]), printed[-1]
 
 
 def test_the_work_ran_on_the_worker_without_python(runs):

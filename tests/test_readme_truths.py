@@ -120,6 +120,14 @@ def test_every_option_and_subcommand_is_named(reference, helps, command):
             assert f"cluster {action}" in reference or f"|{action}" in reference, action
 
 
+def test_cluster_status_help_describes_the_replica_view(helps):
+    """``queueserver cluster status --help`` says what status shows of replicas, not only slots."""
+    text = squeeze(helps["cluster"])
+    for words in ("followers (in-sync or catching up", "events behind", "primary and epoch",
+                  "fewer are in sync", "slot map agrees"):
+        assert words in text, f"cluster --help does not say {words!r}:\n{helps['cluster']}"
+
+
 def test_every_configuration_key_is_in_the_table(reference):
     table = "\n".join(line for line in reference.splitlines() if line.startswith("| `"))
     keys = [*SERVER]

@@ -23,8 +23,14 @@ def add_parser(sub: Subcommands) -> None:
                        description="Show which shard serves which slots, and move slots (with their "
                                    "jobs) between shards while traffic goes on.")
     p.add_argument("action", choices=("status", "rebalance", "add-node", "remove-node", "move", "resume"),
-                   help="resume: finish the moves a command that died left (etcd's plan; without etcd, "
-                        "the moves a giver's log shows under way)")
+                   help="status: each shard's slots, jobs and moves under way; with replicas, each "
+                        "shard's followers (in-sync or catching up, and how many events behind) and "
+                        "a warning when fewer are in sync than the cluster file asks; on etcd, each "
+                        "node's lease, each shard group's primary and epoch, and whether etcd's slot "
+                        "map agrees (exit status 1 when a shard is down). rebalance: spread the slots "
+                        "evenly. add-node/remove-node NAME: give a node its share, or move its slots "
+                        "away. move: --slots to --to. resume: finish the moves a command that died "
+                        "left (etcd's plan; without etcd, the moves a giver's log shows under way)")
     p.add_argument("node", nargs="?", metavar="NAME", help="the node to add or remove")
     p.add_argument("--cluster", required=True, metavar="FILE", help="the cluster file")
     p.add_argument("--slots", metavar="LIST", help="move: slots such as 0-99,512")

@@ -9,6 +9,7 @@ import argparse
 from typing import List
 
 DEFAULT_STALE_AFTER = 3600.0
+ENGINES = ("auto", "spark", "python")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,6 +23,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="OUT",
                    help="where the jobs/, queue_minutes/ and stuck/ tables, report.html and the "
                         "checkpoint go")
+    p.add_argument("--engine", choices=ENGINES, default="auto",
+                   help="what computes the tables: spark, python (in this process, without Spark; "
+                        "local paths only), or auto (default): python for a local history of up to "
+                        "64 MiB, else spark")
     p.add_argument("--master", metavar="URL",
                    help="Spark master (default local[*], or the one spark-submit was given)")
     p.add_argument("--stale-after", type=float, default=DEFAULT_STALE_AFTER, metavar="SECONDS",

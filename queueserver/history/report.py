@@ -2,36 +2,38 @@
 
 The page reads from the top down: a headline (how many jobs, how they
 ended, over what time, and the queues that need a look), then the charts
-(:mod:`.charts` chooses and draws them; inline PNG ``data:`` URIs, see
-there why PNG), then the tables. Styles are in the page; it has no script.
-Long names never widen it: queue names are ellipsized (the full name in a
-``title``), wide tables scroll inside their own box, and free text wraps.
+(:mod:`.charts` chooses and draws them as inline SVG; :mod:`.chartscript`
+shows the values under the pointer and zooms into a time range), then the
+tables, and last how long the run took and where the time went. Styles
+and the script are in the page. Long names never widen it: queue names
+are ellipsized (the full name in a ``title``), wide tables scroll inside
+their own box, and free text wraps.
 
-Spark aggregates the series into at most :data:`MAX_POINTS` time buckets;
-the driver only draws them.
+The engine (Spark or Python, :mod:`.frame`) aggregates the series into at
+most :data:`MAX_POINTS` time buckets; this module only draws them.
 """
 from __future__ import annotations
 
 import html
 import statistics
 from datetime import datetime, timezone
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
-
-from pyspark.sql import Column, DataFrame, Row
-from pyspark.sql import functions as F
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from . import charts
+from .chartscript import SCRIPT, STYLE as CHART_STYLE
 from .charts import Buckets, Chart
+from .frame import Frame, Row, col, desc, floor_to, percentiles, sum_
 from .state import MINUTE_US
 from .summary import OUTCOMES, QueueStats, Summary
-from .tables import PERCENTILES
+from .tables import LEASED, PERCENTILES, READY
+from .timing import Timing
 
 BUCKETS = [(1, "minute"), (5, "5 minutes"), (15, "15 minutes"), (60, "hour"), (360, "6 hours"),
            (1440, "day"), (10080, "week")]
 MAX_POINTS = 240
 TOP_QUEUES = 12
 WORST_QUEUES = 5
-STUCK_ROWS = 100
+LISTED_ROWS = 100
 FLOW = ("added", "completed")
 BAD = ("failed", "dead", "expired")
 TIMES = {"wait": "wait: added to first lease", "run": "run: last lease to end"}
@@ -53,26 +55,22 @@ def time_axis(first: int, last: int) -> Buckets:
     return Buckets(start, width, (last - last % width - start) // width + 1, name)
 
 
-def _bucket(name: str, width: int) -> Column:
-    return (F.col(name) - F.pmod(name, F.lit(width))).alias("bucket")
-
-
 def _when(us: int) -> datetime:
     return datetime.fromtimestamp(us / 1e6, timezone.utc)
 
 
-def _minute_series(minutes: DataFrame, width: int) -> List[Row]:
+def _minute_series(minutes: Frame, width: int) -> List[Row]:
     """Per queue and bucket: the sums the throughput, failure and queue charts draw."""
-    return (minutes.groupBy("queue", _bucket("minute", width))
-            .agg(*[F.sum(k).alias(k) for k in FLOW + BAD]).orderBy("bucket").collect())
+    return (minutes.group_by("queue", floor_to(col("minute"), width).alias("bucket"))
+            .agg(*[sum_(col(k)).alias(k) for k in FLOW + BAD]).order_by("bucket", "queue").collect())
 
 
-def _percentile_series(jobs: DataFrame, width: int) -> List[Row]:
-    return (jobs.where(F.col("finished").isNotNull())
-            .groupBy(_bucket("finished", width))
-            .agg(F.percentile_approx("wait_seconds", list(PERCENTILES)).alias("wait"),
-                 F.percentile_approx("run_seconds", list(PERCENTILES)).alias("run"))
-            .orderBy("bucket").collect())
+def _percentile_series(jobs: Frame, width: int) -> List[Row]:
+    return (jobs.where(col("finished").is_not_null())
+            .group_by(floor_to(col("finished"), width).alias("bucket"))
+            .agg(percentiles(col("wait_seconds"), PERCENTILES).alias("wait"),
+                 percentiles(col("run_seconds"), PERCENTILES).alias("run"))
+            .order_by("bucket").collect())
 
 
 # ------------------------------------------------------------------ charts
@@ -99,7 +97,7 @@ def times_chart(rows: Sequence[Row], buckets: Buckets) -> Chart:
         series: Dict[str, List[Optional[float]]] = {
             f"p{round(p * 100)}": [None] * buckets.count for p in PERCENTILES}
         for r in rows:
-            i = index.get(r.bucket)
+            i = index.get(r["bucket"])
             if i is None or r[kind] is None:
                 continue
             for (name, ys), value in zip(series.items(), r[kind]):
@@ -131,9 +129,9 @@ def queue_time_chart(rows: Sequence[Row], buckets: Buckets) -> Chart:
     index = {start: i for i, start in enumerate(buckets.starts())}
     added: Dict[str, List[int]] = {}
     for r in rows:
-        i = index.get(r.bucket)
-        if i is not None and r.added:
-            added.setdefault(r.queue, [0] * buckets.count)[i] += r.added
+        i = index.get(r["bucket"])
+        if i is not None and r["added"]:
+            added.setdefault(r["queue"], [0] * buckets.count)[i] += r["added"]
     ranked = sorted(added, key=lambda q: (-sum(added[q]), q))
     shown = [(q, added[q]) for q in ranked[:TOP_QUEUES]]
     return charts.heatmap_chart(
@@ -146,7 +144,7 @@ def queue_time_chart(rows: Sequence[Row], buckets: Buckets) -> Chart:
 def _figure(chart: Chart) -> str:
     sub = f'<p class="sub">{html.escape(chart.subtitle)}</p>' if chart.subtitle else ""
     return (f'<figure class="panel chart"><figcaption><h3>{html.escape(chart.title)}</h3>{sub}'
-            f'</figcaption><img alt="{html.escape(chart.alt)}" src="{chart.src}"></figure>')
+            f'</figcaption><div class="plot">{chart.markup}<div class="tip" hidden></div></div></figure>')
 
 
 # ------------------------------------------------------------------ text and tables
@@ -178,28 +176,53 @@ def _table(head: Sequence[str], rows: Iterable[Sequence[object]], names: Sequenc
 
 
 def _queue_table(queues: List[QueueStats]) -> str:
-    head = (["queue", "jobs"] + list(OUTCOMES) + ["unfinished", "stale", "bad share"]
+    head = (["queue", "jobs"] + list(OUTCOMES) + ["unfinished", "stuck", "bad share"]
             + [f"{k} p{round(p * 100)} (s)" for k in ("wait", "run") for p in PERCENTILES])
     return _table(head, ([q.queue, f"{q.jobs:,}"] + [f"{q.outcomes[o]:,}" for o in OUTCOMES]
-                         + [f"{q.outcomes['unfinished']:,}", f"{q.stale:,}", f"{q.bad_share:.1%}"]
+                         + [f"{q.outcomes['unfinished']:,}", f"{q.stuck:,}", f"{q.bad_share:.1%}"]
                          + [_seconds(v) for v in q.wait + q.run]
                          for q in sorted(queues, key=lambda q: (-q.jobs, q.queue))), names=[0],
                   box="scroll tall")
 
 
-def _stuck_table(stuck: DataFrame, total: int) -> str:
-    rows = (stuck.orderBy(F.col("reason"), F.col("age_seconds").desc(), F.col("id"))
-            .limit(STUCK_ROWS).collect())
-    utc: Callable[[Optional[int]], str] = (
-        lambda us: "" if us is None else _when(us).strftime("%Y-%m-%d %H:%M:%S"))  # noqa: E731
-    table = _table(["reason", "queue", "id", "protocol", "added (UTC)", "last leased (UTC)",
+def _utc_cell(us: Optional[int]) -> str:
+    return "" if us is None else _when(us).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _more(total: int, table: str) -> str:
+    return (f"<p>The first {LISTED_ROWS} of {total:,}; all are in the <code>{table}</code> table.</p>"
+            if total > LISTED_ROWS else "")
+
+
+def _stuck_table(stuck: Frame, total: int) -> str:
+    """The stuck jobs longest unfinished first: their engine state (ready, leased) and age."""
+    rows = stuck.order_by(desc("age_seconds"), "id").limit(LISTED_ROWS).collect()
+    table = _table(["state", "queue", "id", "protocol", "added (UTC)", "last leased (UTC)",
                     "attempts", "requeues", "age (s)"],
-                   ([r.reason, r.queue, r.id, r.protocol or "", utc(r.added), utc(r.last_leased),
-                     r.attempts, r.requeues, f"{r.age_seconds:,.0f}"] for r in rows), names=[1],
+                   ([r["state"], r["queue"], r["id"], r["protocol"] or "", _utc_cell(r["added"]),
+                     _utc_cell(r["last_leased"]), r["attempts"], r["requeues"],
+                     f"{r['age_seconds']:,.0f}"] for r in rows), names=[1],
                    text=[0, 2, 3], box="scroll tall")
-    more = (f"<p>The first {STUCK_ROWS} of {total:,}; all are in the <code>stuck</code> table.</p>"
-            if total > STUCK_ROWS else "")
-    return table + more
+    return table + _more(total, "stuck")
+
+
+def _failed_table(failed: Frame, total: int) -> str:
+    """The failed jobs, latest first: failed by their worker, or dead (out of attempts)."""
+    rows = failed.order_by(desc("finished"), "id").limit(LISTED_ROWS).collect()
+    table = _table(["outcome", "queue", "id", "protocol", "added (UTC)", "finished (UTC)",
+                    "attempts", "requeues", "retries"],
+                   ([r["outcome"], r["queue"], r["id"], r["protocol"] or "", _utc_cell(r["added"]),
+                     _utc_cell(r["finished"]), r["attempts"], r["requeues"], r["retries"]]
+                    for r in rows), names=[1], text=[0, 2, 3], box="scroll tall")
+    return table + _more(total, "failed")
+
+
+def _timing_table(timing: Timing) -> str:
+    """Where the run's time went, stage by stage, until this page was written."""
+    total = timing.total
+    return _table(["stage", "seconds", "share"],
+                  ([name, f"{took:.2f}", f"{took / total:.0%}" if total else ""]
+                   for name, took in timing.breakdown() + [("total so far", total)]))
 
 
 def duration(seconds: float) -> str:
@@ -252,18 +275,18 @@ def _headline(summary: Summary, generated: datetime, busy: str = "") -> str:
     worst = summary.worst(WORST_QUEUES)
     if worst:
         rows = "".join(
-            f"<tr><td>{_name(q.queue)}</td><td>{q.bad_share:.1%}</td><td>{q.stale:,}</td>"
+            f"<tr><td>{_name(q.queue)}</td><td>{q.bad_share:.1%}</td><td>{q.stuck:,}</td>"
             f"<td>{'' if q.wait[1] is None else charts.short_seconds(q.wait[1])}</td></tr>"
             for q in worst)
         attention = ('<div class="worst" id="worst-queues"><h2>Worst queues</h2>'
                      '<table class="fixed"><colgroup><col class="q"><col><col><col></colgroup>'
-                     "<thead><tr><th>queue</th><th>bad</th><th>stale</th>"
+                     "<thead><tr><th>queue</th><th>bad</th><th>stuck</th>"
                      f"<th>wait p95</th></tr></thead><tbody>{rows}</tbody></table>"
-                     '<p class="foot">bad: failed, dead or expired, of the finished jobs; stale: '
+                     '<p class="foot">bad: failed, dead or expired, of the finished jobs; stuck: '
                      f"unfinished for more than {summary.stale_after:g} s.</p></div>")
     else:
         attention = ('<div class="worst" id="worst-queues"><h2>Worst queues</h2>'
-                     "<p>None: no queue has a failed, dead, expired or stale job.</p></div>")
+                     "<p>None: no queue has a failed, dead, expired or stuck job.</p></div>")
     return ('<header><h1>Job history</h1>'
             f'<p class="span">{html.escape(span)}</p>'
             + (f'<p class="busy">{html.escape(busy)}</p>' if busy else "") +
@@ -335,15 +358,15 @@ pre { background: #fff; border: 1px solid var(--line); border-radius: 8px; paddi
 """
 
 
-def render(summary: Summary, jobs: DataFrame, minutes: DataFrame, stuck: DataFrame,
-           generated: datetime) -> str:
+def render(summary: Summary, jobs: Frame, minutes: Frame, stuck: Frame, failed: Frame,
+           generated: datetime, timing: Timing) -> str:
     """The report page. ``jobs`` is the job view, ``minutes`` the minute view (outcomes
-    counted per job) and ``stuck`` the stuck view (times in µs)."""
+    counted per job), ``stuck`` and ``failed`` the stuck and failed views (times in µs)."""
     parts = [_headline(summary, generated)]
     if summary.first_event is not None and summary.last_event is not None:
         buckets = time_axis(summary.first_event, summary.last_event)
         series = _minute_series(minutes, buckets.width)
-        counts = [(r.bucket, r.asDict()) for r in series]
+        counts = [(r["bucket"], r) for r in series]
         parts = [_headline(summary, generated, busiest(counts, buckets)),
                  "<h2>Over time</h2>", _figure(flow_chart(counts, buckets))]
         if any(c[k] for _, c in counts for k in BAD):
@@ -353,23 +376,41 @@ def render(summary: Summary, jobs: DataFrame, minutes: DataFrame, stuck: DataFra
         parts += [_figure(times_chart(_percentile_series(jobs, buckets.width), buckets)),
                   "<h2>Queues</h2>", _figure(queue_chart(summary.queues)),
                   _figure(queue_time_chart(series, buckets))
-                  if any(r.added for r in series) else ""]
+                  if any(r["added"] for r in series) else ""]
     else:
         parts += ["<h2>Queues</h2>", '<p class="note">No events yet.</p>']
+    states = summary.stuck_states
     parts += ["<h2>Every queue</h2>", _queue_table(summary.queues),
-              f"<h2>Stuck jobs ({summary.stuck:,})</h2>",
-              f'<p class="note">Failed and dead jobs, and jobs unfinished for more than '
-              f"{summary.stale_after:g} s before the newest event.</p>",
+              f'<h2 id="stuck">Stuck jobs ({summary.stuck:,})</h2>',
+              f'<p class="note">Jobs unfinished for more than {summary.stale_after:g} s before the '
+              f"newest event, by the engine's name of their state: {states[READY]:,} ready (in line, "
+              f"or scheduled) and {states[LEASED]:,} leased (their last lease not given back).</p>",
               _stuck_table(stuck, summary.stuck),
+              f'<h2 id="failed">Failed jobs ({summary.failed:,})</h2>',
+              f'<p class="note">Jobs that ended in the engine\'s state FAILED: '
+              f"{summary.outcomes['failed']:,} failed by their worker, {summary.outcomes['dead']:,} "
+              "dead (out of attempts).</p>",
+              _failed_table(failed, summary.failed),
               "<h2>Rejected records</h2>",
               _table(["kind", "records"],
                      [["malformed lines", f"{summary.malformed:,}"]]
                      + [[f"unknown schema version {v}", f"{n:,}"]
                         for v, n in sorted(summary.unknown_versions.items())]
                      + [["files ending in a partial line (waiting)", f"{summary.partial_lines:,}"]]),
+              f'<h2 id="timing">How long this run took</h2>',
+              f'<p class="note">{html.escape(_timing_note(timing))}</p>', _timing_table(timing),
               "<details><summary>The summary as the command printed it</summary>"
               f"<pre>{html.escape(summary.format())}</pre></details>"]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>queueserver job history</title><style>{STYLE}</style></head>"
-            "<body><main>" + "\n".join(parts) + "</main></body></html>\n")
+            f"<title>queueserver job history</title><style>{STYLE}{CHART_STYLE}</style></head>"
+            "<body><main>" + "\n".join(parts) + f"</main><script>{SCRIPT}</script></body></html>\n")
+
+
+def _timing_note(timing: Timing) -> str:
+    if timing.engine == "spark":
+        return (f"Computed by Spark ({timing.reason}). Starting Spark (its JVM and session) took "
+                f"{timing.seconds('starting Spark'):.1f} s of the run; the stages below are the "
+                "work, until this page was written.")
+    return (f"Computed in Python, without Spark ({timing.reason}); the stages below are the work, "
+            "until this page was written.")

@@ -1,17 +1,18 @@
 """The history record as the shards write it, and the names of its events.
 
-Version 1 lines are JSON objects; Spark parses them against :data:`RECORD`
-(never infers a schema), so a line that does not fit shows up in
-``_corrupt_record`` instead of silently changing a column's type. Version 2
-lines (what shards write now, half the bytes) are JSON arrays holding the
-same fields by position (:data:`ARRAY_FIELDS`, as
+Version 1 lines are JSON objects; both engines parse them against
+:data:`RECORD` (never infer a schema), so a line that does not fit is
+malformed instead of silently changing a column's type. Version 2 lines
+(what shards write now, half the bytes) are JSON arrays holding the same
+fields by position (:data:`ARRAY_FIELDS`, as
 ``queueserver.shard.history.FIELDS``), without ``outcome``, which is the
-event's name on a final event; they are parsed as :data:`ARRAY` and turned
-into the same record.
+event's name on a final event; they are turned into the same record.
+Nothing here imports pyspark: the Spark reader builds its types from
+these (:mod:`.source`).
 """
 from __future__ import annotations
 
-from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
+from .columns import Schema
 
 VERSION = 1         # a JSON object per line
 ARRAY_VERSION = 2   # a JSON array per line, fields by position
@@ -25,30 +26,16 @@ EVENTS = (ADDED, LEASED, REQUEUED, RELEASED, RETURNED, RETRIED) + FINAL
 
 CORRUPT = "_corrupt_record"
 
-RECORD = StructType([
-    StructField("v", LongType()),
-    StructField("time", LongType()),          # microseconds since the epoch, UTC
-    StructField("shard", LongType()),
-    StructField("event", StringType()),
-    StructField("protocol", StringType()),    # the adding client's protocol, on "added"
-    StructField("queue", StringType()),
-    StructField("id", StringType()),
-    StructField("number", LongType()),
-    StructField("attempt", LongType()),
-    StructField("priority", LongType()),
-    StructField("size", LongType()),
-    StructField("outcome", StringType()),
-    StructField("conn", StringType()),
-    StructField(CORRUPT, StringType()),       # the line, when some field did not parse
-])
+#: A record's fields and types (times in microseconds since the epoch, UTC; ``protocol`` is
+#: the adding client's on "added").
+RECORD: Schema = [("v", "long"), ("time", "long"), ("shard", "long"), ("event", "string"),
+                  ("protocol", "string"), ("queue", "string"), ("id", "string"), ("number", "long"),
+                  ("attempt", "long"), ("priority", "long"), ("size", "long"), ("outcome", "string"),
+                  ("conn", "string")]
 
-# A version-2 line: every element as its JSON text (strings unquoted), cast field by field.
-ARRAY = ArrayType(StringType())
+# A version-2 line: the fields by position.
 ARRAY_FIELDS = ("v", "time", "shard", "event", "protocol", "queue", "id", "number", "attempt",
                 "priority", "size", "conn")
-
-# Only the version, read on its own: a record of another version may not fit RECORD at all.
-VERSION_ONLY = StructType([StructField("v", LongType())])
 
 # Fields without which a version-1 line is malformed.
 REQUIRED = ("time", "event", "id", "queue")

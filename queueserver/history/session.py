@@ -30,6 +30,19 @@ def _check_java() -> None:
         raise HistoryError(f"no java on PATH and JAVA_HOME is not set; {JAVA_NEEDED}")
 
 
+def will_launch() -> bool:
+    """Whether a session made now would launch Spark's JVM from this process (none is running,
+    and spark-submit did not start one for it)."""
+    return SparkSession.getActiveSession() is None and SparkContext._gateway is None \
+        and "PYSPARK_GATEWAY_PORT" not in os.environ
+
+
+def check_java() -> None:
+    """Before anything is logged: a missing Java is one line (see :func:`_check_java`)."""
+    if will_launch():
+        _check_java()
+
+
 @contextmanager
 def spark_session(master: Optional[str] = None, progress: bool = False) -> Iterator[SparkSession]:
     """An active session if there is one (a test's, a notebook's), else a new one, stopped at the end.

@@ -13,22 +13,29 @@ rotated history files are far smaller.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Sequence
 
 from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
 
-from .checkpoint import FileMark, Listed, Plan
+from .checkpoint import Listed, Plan
 from .errors import HistoryError
-from .schema import (ARRAY, ARRAY_FIELDS, ARRAY_VERSION, CORRUPT, EVENTS, FINAL, RECORD, REQUIRED,
-                     VERSION, VERSION_ONLY)
+from .schema import ARRAY_FIELDS, ARRAY_VERSION, CORRUPT, EVENTS, FINAL, REQUIRED, VERSION
+from .schema import RECORD as FIELDS
+from .sparkframe import SparkFrame
+from .tally import BLANK, EVENT, MALFORMED, OTHER_VERSION, PARTIAL, PATTERN, Tally
 
-PATTERN = "*.jsonl"
-# Line kinds.
-EVENT, BLANK, PARTIAL, MALFORMED, OTHER_VERSION = "event", "blank", "partial", "malformed", "version"
+#: The record as Spark parses it: a field that does not fit shows up in ``_corrupt_record``.
+RECORD = StructType([StructField(name, LongType() if kind == "long" else StringType())
+                     for name, kind in FIELDS] + [StructField(CORRUPT, StringType())])
+# A version-2 line: every element as its JSON text (strings unquoted), cast field by field.
+ARRAY = ArrayType(StringType())
+# Only the version, read on its own: a record of another version may not fit RECORD at all.
+VERSION_ONLY = StructType([StructField("v", LongType())])
 
 
 def _binary_files(spark: SparkSession) -> DataFrameReader:
@@ -60,34 +67,13 @@ def _glob_escaped(path: str) -> str:
 
 
 @dataclass
-class Tally:
-    """Lines read per kind, records per unknown version, and each file's new mark."""
-    kinds: Dict[str, int] = field(default_factory=dict)
-    versions: Dict[int, int] = field(default_factory=dict)
-    marks: Dict[str, FileMark] = field(default_factory=dict)
-    starts: Dict[str, int] = field(default_factory=dict)
-
-    @property
-    def records(self) -> int:
-        return self.kinds.get(EVENT, 0)
-
-    @property
-    def malformed(self) -> int:
-        return self.kinds.get(MALFORMED, 0)
-
-    @property
-    def bytes_read(self) -> int:
-        return sum(mark.size - self.starts[path] for path, mark in self.marks.items())
-
-
-@dataclass
 class Batch:
     """The lines read in one run, classified; persisted until :meth:`release`."""
     lines: DataFrame
 
-    def events(self) -> DataFrame:
+    def events(self) -> SparkFrame:
         """The accepted records, with the record schema's columns."""
-        return self.lines.where(F.col("kind") == EVENT).select("record.*").drop(CORRUPT)
+        return SparkFrame(self.lines.where(F.col("kind") == EVENT).select("record.*").drop(CORRUPT))
 
     def tally(self) -> Tally:
         """What was read, per file and per kind of line (one small Spark job)."""
@@ -96,18 +82,7 @@ class Batch:
                      F.max("mtime").alias("mtime"), F.max("start").alias("start"),
                      F.sum("partial_bytes").alias("partial"))
                 .collect())
-        tally = Tally()
-        partial: Dict[str, int] = {}
-        for r in rows:
-            tally.kinds[r.kind] = tally.kinds.get(r.kind, 0) + r.lines
-            if r.kind == OTHER_VERSION:
-                tally.versions[r.version] = tally.versions.get(r.version, 0) + r.lines
-            partial[r.path] = partial.get(r.path, 0) + r.partial
-            tally.marks[r.path] = FileMark(r.size, r.mtime, 0)
-            tally.starts[r.path] = r.start
-        for path, mark in tally.marks.items():
-            tally.marks[path] = FileMark(mark.size, mark.mtime, mark.size - partial[path])
-        return tally
+        return Tally.of(r.asDict() for r in rows)
 
     def release(self) -> None:
         self.lines.unpersist()

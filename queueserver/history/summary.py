@@ -5,10 +5,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Dict, List, Optional, Tuple
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-
-from .tables import PERCENTILES, stale
+from .frame import Frame, col, count, count_if, percentiles
+from .timing import Timing
+from .tables import FAILED, LEASED, PERCENTILES, READY, stale
 
 OUTCOMES = ("completed", "failed", "dead", "expired", "deleted", "taken")
 BAD = ("failed", "dead", "expired")
@@ -18,13 +17,19 @@ Quantiles = Tuple[Optional[float], ...]   # p50, p95, p99 in seconds
 
 @dataclass(frozen=True)
 class QueueStats:
-    """One queue's jobs: outcomes (plus ``unfinished``), stale ones, wait and run percentiles."""
+    """One queue's jobs: outcomes (plus ``unfinished``), stuck ones by their state (ready or
+    leased), wait and run percentiles."""
     queue: str
     jobs: int
     outcomes: Dict[str, int]
-    stale: int
+    stuck_states: Dict[str, int]
     wait: Quantiles
     run: Quantiles
+
+    @property
+    def stuck(self) -> int:
+        """Unfinished for longer than the threshold."""
+        return sum(self.stuck_states.values())
 
     @property
     def bad(self) -> int:
@@ -37,19 +42,20 @@ class QueueStats:
         return self.bad / finished if finished else 0.0
 
 
-def queue_stats(jobs: DataFrame, now: int, stale_after_us: int) -> List[QueueStats]:
-    """Per queue, computed by Spark from the job view (:func:`.tables.job_view`)."""
-    outcome = F.col("outcome")
-    rows = (jobs.groupBy("queue").agg(
-        F.count(F.lit(1)).alias("jobs"),
-        *[F.count_if(outcome == o).alias(o) for o in OUTCOMES],
-        F.count_if(outcome.isNull()).alias("unfinished"),
-        F.count_if(stale(now, stale_after_us)).alias("stale"),
-        F.percentile_approx("wait_seconds", list(PERCENTILES)).alias("wait"),
-        F.percentile_approx("run_seconds", list(PERCENTILES)).alias("run"))
-        .orderBy("queue").collect())
-    return [QueueStats(r.queue, r.jobs, {o: r[o] for o in OUTCOMES + ("unfinished",)}, r.stale,
-                       tuple(r.wait or (None,) * 3), tuple(r.run or (None,) * 3)) for r in rows]
+def queue_stats(jobs: Frame, now: int, stale_after_us: int) -> List[QueueStats]:
+    """Per queue, from the job view (:func:`.tables.job_view`)."""
+    outcome, is_stale = col("outcome"), stale(now, stale_after_us)
+    rows = (jobs.group_by("queue").agg(
+        count().alias("jobs"),
+        *[count_if(outcome == o).alias(o) for o in OUTCOMES],
+        count_if(outcome.is_null()).alias("unfinished"),
+        *[count_if(is_stale & (col("state") == s)).alias(f"stuck_{s}") for s in (READY, LEASED)],
+        percentiles(col("wait_seconds"), PERCENTILES).alias("wait"),
+        percentiles(col("run_seconds"), PERCENTILES).alias("run"))
+        .order_by("queue").collect())
+    return [QueueStats(r["queue"], r["jobs"], {o: r[o] for o in OUTCOMES + ("unfinished",)},
+                       {s: r[f"stuck_{s}"] for s in (READY, LEASED)},
+                       tuple(r["wait"] or (None,) * 3), tuple(r["run"] or (None,) * 3)) for r in rows]
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,7 @@ class Summary:
     malformed: int                      # all runs
     unknown_versions: Dict[int, int] = field(default_factory=dict)   # all runs
     partial_lines: int = 0              # files now ending in an incomplete line
+    timing: Optional[Timing] = field(default=None, compare=False)   # how long the run took
 
     @property
     def jobs(self) -> int:
@@ -80,22 +87,28 @@ class Summary:
         return {o: sum(q.outcomes[o] for q in self.queues) for o in OUTCOMES + ("unfinished",)}
 
     @property
-    def stale(self) -> int:
-        return sum(q.stale for q in self.queues)
+    def stuck(self) -> int:
+        """Rows of the ``stuck`` table: unfinished for longer than ``stale_after``."""
+        return sum(q.stuck for q in self.queues)
 
     @property
-    def stuck(self) -> int:
-        """Rows of the ``stuck`` table: stale unfinished jobs, failed and dead ones."""
-        return self.stale + self.outcomes["failed"] + self.outcomes["dead"]
+    def stuck_states(self) -> Dict[str, int]:
+        """Stuck jobs by the engine's name of their state: ready, leased."""
+        return {s: sum(q.stuck_states[s] for q in self.queues) for s in (READY, LEASED)}
+
+    @property
+    def failed(self) -> int:
+        """Rows of the ``failed`` table: jobs whose engine state became FAILED."""
+        return sum(self.outcomes[o] for o in FAILED)
 
     @property
     def rejected(self) -> int:
         return self.malformed + sum(self.unknown_versions.values())
 
     def worst(self, n: int = 3) -> List[QueueStats]:
-        """Queues with failures, expiries or stale jobs, the worst share of bad outcomes first."""
-        bad = [q for q in self.queues if q.bad or q.stale]
-        return sorted(bad, key=lambda q: (-q.bad_share, -q.stale, -(q.wait[1] or 0.0), q.queue))[:n]
+        """Queues with failures, expiries or stuck jobs, the worst share of bad outcomes first."""
+        bad = [q for q in self.queues if q.bad or q.stuck]
+        return sorted(bad, key=lambda q: (-q.bad_share, -q.stuck, -(q.wait[1] or 0.0), q.queue))[:n]
 
     def format(self) -> str:
         """The console summary: a few lines."""
@@ -106,9 +119,11 @@ class Summary:
                      f"({self.new_files} new, {self.grown_files} grown), {self.bytes_read:,} bytes, "
                      f"{self.records_read:,} records ({self.records:,} in all)")
         lines.append("  outcomes: " + ", ".join(f"{o} {n:,}" for o, n in self.outcomes.items()))
-        lines.append(f"  stuck: {self.stuck:,} ({self.stale:,} unfinished for more than "
-                     f"{self.stale_after:g} s, {self.outcomes['failed']:,} failed, "
-                     f"{self.outcomes['dead']:,} dead) in {self.out}/stuck")
+        lines.append(f"  failed: {self.failed:,} ({self.outcomes['failed']:,} failed by their worker, "
+                     f"{self.outcomes['dead']:,} dead: out of attempts) in {self.out}/failed")
+        states = self.stuck_states
+        lines.append(f"  stuck: {self.stuck:,} unfinished for more than {self.stale_after:g} s "
+                     f"({states[READY]:,} ready, {states[LEASED]:,} leased) in {self.out}/stuck")
         rejected = [_count(self.malformed, "malformed line")]
         if self.unknown_versions:
             rejected.append(_count(sum(self.unknown_versions.values()), "record")
@@ -121,9 +136,11 @@ class Summary:
         lines.append("  rejected: " + "; ".join(rejected))
         worst = self.worst()
         lines.append("  worst queues: " + ("; ".join(
-            f"{q.queue} {q.bad_share:.1%} failed/dead/expired, {q.stale} stale, wait p95 "
+            f"{q.queue} {q.bad_share:.1%} failed/dead/expired, {q.stuck} stuck, wait p95 "
             + (f"{q.wait[1]:.3g} s" if q.wait[1] is not None else "-") for q in worst) or "none"))
         lines.append(f"  report: {self.out}/report.html")
+        if self.timing is not None and self.timing.ended is not None:
+            lines.append(f"  {self.timing.format()}")
         return "\n".join(lines)
 
 
