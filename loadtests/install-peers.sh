@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fetch the two peer servers the benchmark compares against, beanstalkd and
-# redis-server, and etcd (what a cluster's tests coordinate through), from
+# redis-server, etcd (what a cluster's tests coordinate through) and
+# Prometheus's promtool (what checks the alert rules in deploy/), from
 # Debian's packages, unpacked under a local directory
 # (loadtests/.peers/ by default, git-ignored; PEERS_DIR overrides it).
 #
@@ -17,8 +18,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 dest=${PEERS_DIR:-$here/.peers}
 root=$dest/root
-packages=(beanstalkd redis-server etcd-server)
-binaries=(beanstalkd redis-server etcd)
+packages=(beanstalkd redis-server etcd-server prometheus)
+binaries=(beanstalkd redis-server etcd promtool)
 
 have_all() {
     for binary in "${binaries[@]}"; do
