@@ -335,7 +335,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--rate", type=float, default=150.0, help="steps per second per protocol client")
     parser.add_argument("--clients", type=int, default=2, help="clients per protocol")
     parser.add_argument("--json", default=None, help="where to write the figures (default loadtests/results/)")
+    parser.add_argument("--memwatch", metavar="DIR", help="plain Python, each router and shard writing what "
+                        "grew most to DIR every --memwatch-seconds (queueserver/memwatch.py)")
+    parser.add_argument("--memwatch-seconds", type=float, default=120.0)
     args = parser.parse_args(argv)
+    if args.memwatch:
+        os.makedirs(args.memwatch, exist_ok=True)
+        os.environ.update(QS_MEMWATCH=os.path.abspath(args.memwatch), QS_PURE_PYTHON="1",
+                          QS_MEMWATCH_SECONDS=str(args.memwatch_seconds))
 
     data = tempfile.mkdtemp(prefix="qs-soak-")
     server = ServerProcess(shards=args.shards, extra=["--data-dir", os.path.join(data, "data")]).start()

@@ -52,6 +52,7 @@ from .directory import SHARED
 from .jobcache import JobCache
 from .fanout import FirstFound, Gather, SpreadLease, ignore
 from ..lifecycle import die_with_supervisor, settle_gc, setup_logging, stop_event
+from .. import memwatch
 from .shardlink import Address, Auth, Context, Places, ShardLink
 from ..console.uses import Uses, note_command, router_answer
 from ..shard.clients import Description, describe, peer_address
@@ -718,6 +719,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         with open(config["ready_file"], "w") as f:
             f.write(str(os.getpid()))
     settle_gc()
+    memwatch.start(f"router-{config.get('index', 0)}")
     stop.wait()
     router.stop()
     if control and os.path.exists(control):

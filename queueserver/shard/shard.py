@@ -66,6 +66,7 @@ from ..cluster.slots import MAX_SHARDS, from_ranges, slot_of
 from ..sharding import shard_for
 from ..numbers import Blocks, NumberFile, NumbersError
 from ..lifecycle import die_with_supervisor, settle_gc, setup_logging, stop_event
+from .. import memwatch
 
 log: Final = logging.getLogger("queueserver.shard")
 UNCHECKED_PRUNE: Final = 4096   # ids kept for a home out of reach before those gone are dropped
@@ -1076,6 +1077,7 @@ def main(argv: Optional[List[str]] = None) -> None:
                   shard.cluster_view)
     stop = stop_event()
     settle_gc()
+    memwatch.start(f"shard-{args.index}")
     server = gevent.spawn(shard.serve)
     server.link(lambda g: stop.set())
     stop.wait()
