@@ -4,9 +4,9 @@ moved in, and the job lists a home asks for when a link comes up.
 
 The links are the routers' :class:`~queueserver.router.shardlink.ShardLink`
 (reconnecting, answered out of order). What one loop turn produces for a
-home leaves in one frame: every id claimed there in one ``claims`` request,
-every job gone in one ``forget`` note, so the frames per job fall as the
-load rises and never grow with the number of shards.
+home leaves in one frame: every id claimed there in one ``claims`` request; the jobs gone in
+:data:`FORGET_DELAY` leave in one ``forget`` note per home, so the frames
+per job fall as the load rises and never grow with the number of shards.
 
 An id's home is the shard that serves a queue of the same name: on one
 host its hash, in a cluster the owner of its slot, which this shard learns
@@ -35,6 +35,7 @@ log: Final = logging.getLogger("queueserver.shard")
 LINK_WAIT: Final = 3.0          # seconds a request waits for a link that is not up yet
 MAX_REDIRECTS: Final = 8
 RETRY_DELAY: Final = 0.005      # seconds before ids go again after a MOVED (doubling each time)
+FORGET_DELAY: Final = 0.05      # seconds jobs gone are gathered before their homes are told
 
 #: ``[OK, None]``: granted; ``[CLIENT_ERROR, "Duplicate job"]``; or the
 #: error that kept the home from answering (the id cannot be known unique)
@@ -69,6 +70,7 @@ class Peers:
         self.primaries: Optional[PrimaryPlaces] = None
         self._claims: List[Tuple[str, Verdict]] = []
         self._forgets: Dict[int, List[str]] = {}
+        self._forget_due = False
         self._scheduled = False
         #: shard -> requests waiting for its link to come up (at start, or after it restarted)
         self._waiting: Dict[int, List[Callable[[], object]]] = {}
@@ -117,8 +119,22 @@ class Peers:
         self._schedule()
 
     def forget(self, home: int, ids: List[str]) -> None:
+        """Jobs ``ids`` left this shard: told to their home within
+        :data:`FORGET_DELAY`, with every other one gone meanwhile (a home
+        that still has an entry meanwhile asks before it refuses the id, and
+        a lookup finds the job gone: only a frame per home per interval)."""
         self._forgets.setdefault(home, []).extend(ids)
-        self._schedule()
+        if not self._forget_due:
+            self._forget_due = True
+            gevent.spawn_later(FORGET_DELAY, self._send_forgets)
+
+    def _send_forgets(self) -> None:
+        self._forget_due = False
+        forgets, self._forgets = self._forgets, {}
+        for home, ids in forgets.items():
+            link = self.links.get(home)
+            if link is not None:
+                link.notify("forget", [self.index, ids])
 
     def register(self, ids: List[str], done: Results) -> None:
         """Say at their homes that the jobs ``ids`` live here now (moved in)."""
@@ -137,7 +153,7 @@ class Peers:
             gevent.get_hub().loop.run_callback(self.flush)
 
     def flush(self) -> None:
-        """Send what this loop turn gathered: one claims frame and one forget note per home."""
+        """Send what this loop turn gathered: one claims frame per home."""
         self._scheduled = False
         claims, self._claims = self._claims, []
         if claims:
@@ -145,11 +161,6 @@ class Peers:
                 for (_, verdict), reply in zip(claims, replies):
                     verdict(reply)
             self.route("claims", [id for id, _ in claims], verdicts)
-        forgets, self._forgets = self._forgets, {}
-        for home, ids in forgets.items():
-            link = self.links.get(home)
-            if link is not None:
-                link.notify("forget", [self.index, ids])
 
     # ------------------------------------------------------------- routing
     def route(self, op: str, ids: List[str], results: Results, attempt: int = 0) -> None:
