@@ -34,6 +34,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, TypeGuard, Union
 
+from .hostsize import default_routers, default_shards
 from .protocols import DEFAULT_PORTS
 
 DEFAULT_METRICS_PORT = 9470
@@ -131,10 +132,11 @@ class Setting:
 #: Server-wide keys, in ``[server]`` (or at the top level); each has a flag.
 SERVER: Dict[str, Setting] = {
     "shards": Setting("int", 1, flag="--shards", metavar="N",
-                      help="shard processes (default: one per CPU)"),
+                      help="shard processes (default: one per core this process may use: its CPU "
+                           "affinity and its cgroup's CPU quota)"),
     "routers": Setting("int", 1, flag="--routers", metavar="N",
-                       help="router processes sharing the client ports (default 1; on many cores, "
-                            "about one per four cores)"),
+                       help="router processes sharing the client ports (default: one per eight such "
+                            "cores, at least one)"),
     "bind": Setting("address", flag="--bind", metavar="ADDR",
                     help="address every listener binds (default 127.0.0.1)"),
     "runtime_dir": Setting("path", flag="--runtime-dir", metavar="DIR",
@@ -287,8 +289,8 @@ class Listener:
 
 @dataclass
 class Config:
-    shards: int = field(default_factory=lambda: os.cpu_count() or 1)
-    routers: int = 1
+    shards: int = field(default_factory=default_shards)     # one per usable core (hostsize)
+    routers: int = field(default_factory=default_routers)
     bind: str = "127.0.0.1"
     runtime_dir: Optional[str] = None
     log_level: str = "info"

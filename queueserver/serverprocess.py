@@ -49,11 +49,11 @@ class ServerProcess:
     ``extra`` (say, add ``--data-dir``) between runs.
     """
 
-    def __init__(self, shards: int = 1, protocols: Optional[Iterable[str]] = None,
+    def __init__(self, shards: Optional[int] = 1, protocols: Optional[Iterable[str]] = None,
                  extra: Optional[Iterable[str]] = None, runtime_dir: Optional[str] = None,
                  log_level: str = "info", preexec: Optional[Callable[[], None]] = None,
                  startup_timeout: float = STARTUP_TIMEOUT, host: str = HOST) -> None:
-        """``protocols``: the listeners to enable (default all), each on a port
+        """``shards``: None lets the server choose. ``protocols``: the listeners to enable (default all), each on a port
         the kernel picks. ``extra``: more ``serve`` arguments, after ours.
         ``runtime_dir``: one the caller owns (it outlives :meth:`stop`); by
         default a private one removed with the server. ``log_level`` info or
@@ -78,7 +78,8 @@ class ServerProcess:
     # ------------------------------------------------------------ life cycle
     def argv(self) -> List[str]:
         """The command line that starts the server."""
-        argv = [sys.executable, "-m", "queueserver", "serve", "--shards", str(self.shards),
+        argv = [sys.executable, "-m", "queueserver", "serve",
+                *(["--shards", str(self.shards)] if self.shards is not None else []),
                 "--runtime-dir", str(self.runtime_dir), "--log-level", self.log_level]
         for name in DEFAULT_PORTS:
             enabled = self.protocols is None or name in self.protocols
