@@ -20,7 +20,8 @@ server and times its start from the log (``shard N recovered ...``).
 ``--only-durable`` runs just that section, ``--no-durable`` skips it.
 
 Server CPU is read from ``/proc/<pid>/stat`` (utime + stime) of every server
-process before and after a run, memory from ``/proc/<pid>/status`` VmRSS.
+process before and after a run, memory from ``/proc/<pid>/smaps_rollup``
+(proportional set size: what the processes share counted once).
 """
 from __future__ import annotations
 
@@ -81,6 +82,18 @@ def cpu_seconds(pid: int) -> float:
 
 
 def rss_bytes(pid: int) -> int:
+    """The process's proportional set size (``Pss`` in smaps_rollup): its
+    resident memory, with each page shared by several processes split among
+    them, so that summing over a server's processes counts once what they
+    share (our shards' table of job ids, the libraries); VmRSS where the
+    kernel has no smaps_rollup."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith("VmRSS:"):
