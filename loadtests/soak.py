@@ -305,6 +305,18 @@ def run_malformed(ports: Dict[str, int], rate: float, stop: threading.Event, rng
             print(f"malformed: {err!r}", file=sys.stderr)
 
 
+def jobs_held(metrics_port: int) -> Dict[str, int]:
+    """The server's jobs by state (``/status``): what it holds is part of its memory."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/status", timeout=10) as answer:
+        status = json.loads(answer.read())
+    held: Dict[str, int] = {}
+    for queue in status.get("queues", {}).values():
+        for state, count in queue.get("jobs", {}).items():
+            held[state] = held.get(state, 0) + count
+    return held
+
+
 def rss_mb(pid: int) -> float:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -363,6 +375,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             thread.start()
         pids = {"supervisor": server.pid, **server.child_pids()}
         samples: Dict[str, List[Tuple[float, float]]] = {name: [] for name in pids}
+        held: List[Tuple[float, Dict[str, int]]] = []
         started = time.monotonic()
         last_requests = 0
         while True:
@@ -375,10 +388,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                     samples[name] = []
             for name, pid in pids.items():
                 samples[name].append((now, rss_mb(pid)))
+            held.append((now, jobs_held(server.port("metrics"))))
             rate = (stats["requests"] - last_requests) / args.interval if now else 0
             last_requests = stats["requests"]
             print(f"{now:7.0f} s  {rate:7.0f} req/s  " + "  ".join(
-                f"{name} {samples[name][-1][1]:.1f}" for name in sorted(samples)) + " MB", flush=True)
+                f"{name} {samples[name][-1][1]:.1f}" for name in sorted(samples)) + " MB  jobs " +
+                " ".join(f"{state} {count}" for state, count in sorted(held[-1][1].items()) if count),
+                flush=True)
             if now >= args.duration:
                 break
             time.sleep(min(args.interval, max(0.0, args.duration - now)))
@@ -395,10 +411,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         warm = [v for t, v in samples[name] if t >= args.warmup]
         if warm:
             print(f"{name:<12} {warm[0]:>12.1f} MB {warm[-1]:>8.1f} MB {growth[name]:>8.3f}")
+    totals = [(t, float(sum(counts.values()))) for t, counts in held if t >= args.warmup]
+    if totals:
+        print(f"jobs held: {totals[0][1]:.0f} at warm-up, {totals[-1][1]:.0f} at the end "
+              f"({slope_per_minute(totals):+.0f} per minute): a server holding more jobs holds more memory")
     out = args.json or os.path.join(HERE, "results", time.strftime("soak-%Y%m%d-%H%M%S.json"))
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
-        json.dump({"args": vars(args), "stats": stats, "growth_mb_per_min": growth, "samples": samples}, f)
+        json.dump({"args": vars(args), "stats": stats, "growth_mb_per_min": growth, "samples": samples,
+                   "jobs_held": held}, f)
     print(f"figures in {out}")
     return 0
 

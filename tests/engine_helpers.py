@@ -70,7 +70,7 @@ def _request_params(op):
     return list(inspect.signature(REQUESTS[op]).parameters)[3:]
 
 
-def add(e, id, name="q", payload=b"payload", priority=0, ttr=60_000, ttl=0,
+def add(e, id, name="q", payload=b"payload", priority=0, ttr=60_000, ttl=3_600_000,
         max_attempts=0, max_fails=0, sched=None, number=0, now=T0):
     # Built by parameter name so optional engine parameters (e.g. a protocol
     # flag inserted before ``number``) keep their defaults.

@@ -26,7 +26,7 @@ def e():
 def test_states_and_rows(e):
     add(e, "ready", ttl=60_000, now=T0)
     add(e, "later", sched=T0 + 10 * SEC, now=T0)
-    add(e, "held", ttr=5_000, now=T0)
+    add(e, "held", ttr=5_000, ttl=0, now=T0)
     add(e, "done", now=T0)
     assert leased_id(lease(e, now=T0 + SEC)) == "ready"
     assert leased_id(lease(e, now=T0 + SEC)) == "held"

@@ -127,3 +127,31 @@ def test_duplicate_add_is_duplicate_job():
     assert add(e, "a", name="other") == [CLIENT_ERROR, "Duplicate job"]
     assert run(e, "a", token="t") == [CLIENT_ERROR, "Duplicate job"]
     assert size(e) == 1
+
+
+# ------------------------------------------------------ jobs that have no TTL
+def test_a_job_with_no_ttl_keeps_no_result_once_finished():
+    """Added over a protocol without TTLs (none of them reads results) and
+    finished over workq: it goes, rather than stay for ever."""
+    e = Engine()
+    add(e, "a", ttl=0)
+    lease(e)
+    assert complete(e, "a", b"done") == [OK, None]
+    assert result(e, "a") == [NOT_FOUND, ""]
+    add(e, "b", ttl=0, max_fails=2)
+    lease(e)
+    assert fail(e, "b") == [OK, None]               # requeued: it is not finished
+    assert job(e, "b")["state"] == PENDING
+    lease(e)
+    assert fail(e, "b", b"last") == [OK, None]      # finished: gone
+    assert result(e, "b") == [NOT_FOUND, ""]
+
+
+def test_a_job_with_no_ttl_answers_its_result_waiter_first():
+    e = Engine()
+    add(e, "a", ttl=0)
+    assert result(e, "a", timeout=60_000, token="r") is None
+    lease(e)
+    complete(e, "a", b"pong")
+    assert drain(e) == [("r", [OK, ("a", 1, b"pong")])]
+    assert result(e, "a") == [NOT_FOUND, ""]

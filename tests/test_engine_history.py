@@ -16,7 +16,7 @@ def history_of(fx):
 def test_each_event_reports_its_job_after_it():
     e = PureEngine()
     e.history = True
-    fx = e.execute("add", ("a", "q", b"12345", 0, 1_000, 0, 0, 2), T0)
+    fx = e.execute("add", ("a", "q", b"12345", 0, 1_000, 60_000, 0, 2), T0)
     assert [h[:3] + h[6:7] for h in fx.history] == [("add", "a", "q", 5)]
     fx = e.execute("lease", (["q"], 0), T0)
     assert history_of(fx) == [("lease", "a", "q", 1, LEASED)]

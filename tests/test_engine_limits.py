@@ -67,7 +67,7 @@ def test_a_queue_with_a_waiter_or_a_leased_or_finished_job_stays():
     assert lease(e, ["waited"], timeout=None, token=(1, 9)) is None
     add(e, "l", name="leased")
     assert lease(e, ["leased"])[0] == OK
-    add(e, "f", name="finished")
+    add(e, "f", name="finished", ttl=3_600_000)   # (a job with no TTL keeps no result)
     lease(e, ["finished"])
     e.execute("complete", ("f", b"r"), T0)
     e.advance(T0 + 60 * SEC)

@@ -83,7 +83,7 @@ def test_unlimited_attempts_hit_hard_cap_of_255_at_lease_time():
 
 def test_ttr_zero_lease_never_times_out():
     e = Engine()
-    add(e, "a", ttr=0)
+    add(e, "a", ttr=0, ttl=0)
     lease(e)
     e.advance(T0 + 10 ** 6 * SEC)
     assert job(e, "a")["state"] == LEASED

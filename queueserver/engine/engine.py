@@ -262,10 +262,16 @@ class Engine:
         return [OK, None]
 
     def _finish(self, now: int, token: Token, id: str, result: bytes, success: bool) -> Reply:
+        """A result (workq ``complete``/``fail``). A job with no TTL (added
+        over another protocol: none of them reads results) that it finishes
+        keeps none: once whoever waited for it has it, the job goes, rather
+        than stay for ever."""
         job = self._job(id)
         if job.finished:
             raise client_error("Duplicate result")
         self.apply(("complete" if success else "fail", id, result, now))
+        if job.finished and not job.ttl and id in self.jobs:
+            self.apply(("delete", id))
         return [OK, None]
 
     def _complete(self, now: int, token: Token, id: str, result: bytes) -> Reply:
