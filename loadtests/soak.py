@@ -38,7 +38,12 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from queueserver.serverprocess import ServerProcess  # noqa: E402
 
-QUEUES = [f"soak{i}" for i in range(16)]
+#: each protocol's own queues (a job's semantics are its producer's: a
+#: takeanumber job leased over workq and dropped would stay reserved for ever)
+QUEUES = {protocol: [f"soak-{protocol}-{i}" for i in range(8)]
+          for protocol in ("workq", "takeanumber", "goqueue", "queued", "taskflux")}
+#: the queue where jobs cross protocols: takeanumber adds, workq completes
+SHARED = "soak-shared"
 #: takes per add: consumers drain faster than producers fill, so the
 #: queues stay short (retries and expired leases put jobs back) and what
 #: grows is the server, not its backlog
@@ -129,7 +134,11 @@ class Workq(Client):
     protocol = "workq"
 
     def step(self, rng: random.Random) -> None:
-        q = rng.choice(QUEUES)
+        q = rng.choice(QUEUES[self.protocol])
+        if rng.random() < 0.05:   # a job another protocol added: leased, completed
+            _, items = workq_reply(self.send(f"lease {SHARED} 1\r\n".encode()))
+            if items:
+                workq_reply(self.send(f"complete {items[0][0][0].decode()} 2\r\nok\r\n".encode()))
         ttr = 150 if rng.random() < 0.1 else 10000           # one lease in ten expires
         id = str(uuid.uuid4())
         r = self.send(f"add {id} {q} {ttr} 60000 5 -max-attempts=3\r\npayld\r\n".encode())
@@ -159,7 +168,9 @@ class TakeANumber(Client):
     protocol = "takeanumber"
 
     def step(self, rng: random.Random) -> None:
-        q = rng.choice(QUEUES)
+        q = rng.choice(QUEUES[self.protocol])
+        if rng.random() < 0.05:   # for a workq worker
+            self.send(f"ADD {SHARED} 0 crossing\r\n".encode()).until(b"\r\n")
         r = self.send(f"ADD {q} 2 body{rng.randrange(1000)}\r\n".encode())
         r.until(b"\r\n")
         for _ in range(TAKES):
@@ -187,7 +198,7 @@ class Goqueue(Client):
     protocol = "goqueue"
 
     def step(self, rng: random.Random) -> None:
-        q = rng.choice(QUEUES).encode()
+        q = rng.choice(QUEUES[self.protocol]).encode()
         data = b"go-payload"
         go_reply(self.send(b"ADD\0" + q + b"\0" + struct.pack("<III", 0, 2, len(data)) + data))
         for take in range(1 if rng.random() < 0.7 else 2):   # an empty queue makes a take wait 1 s
@@ -209,7 +220,7 @@ class Queued(Client):
         reader = super().connect()
         if fresh:
             assert self.sock is not None
-            self.sock.sendall(f"USE {QUEUES[0]}\n".encode())
+            self.sock.sendall(f"USE {QUEUES[self.protocol][0]}\n".encode())
             reader.until(b"\n")
         return reader
 
@@ -239,7 +250,7 @@ class TaskFlux(Client):
     protocol = "taskflux"
 
     def step(self, rng: random.Random) -> None:
-        q = rng.choice(QUEUES).encode()
+        q = rng.choice(QUEUES[self.protocol]).encode()
         tf_reply(self.send(tf_packet(b"E" + tf_string(q) + struct.pack(">q", rng.randrange(100))
                                      + tf_string(b"flux"))))
         for _ in range(TAKES):
@@ -250,8 +261,8 @@ class TaskFlux(Client):
 
 #: per protocol: (garbage, a valid request, how to read the valid request's answer)
 MALFORMED: Dict[str, Tuple[bytes, bytes, Callable[[Reader], object]]] = {
-    "workq": (b"bogus command\r\nadd nope\r\nlease\r\n", b"lease soak0 1\r\n", workq_reply),
-    "takeanumber": (b"FROB x\r\nADD\r\n", b"LEN soak0\r\n", lambda r: r.until(b"\r\n")),
+    "workq": (b"bogus command\r\nadd nope\r\nlease\r\n", b"lease soak-workq-0 1\r\n", workq_reply),
+    "takeanumber": (b"FROB x\r\nADD\r\n", b"LEN soak-takeanumber-0\r\n", lambda r: r.until(b"\r\n")),
     "queued": (b"WHAT\nENQUE !!!\n", b"SIZE\n", lambda r: r.until(b"\n")),
     "goqueue": (b"NOSUCH\0", b"", go_reply),                        # fatal: the server closes
     "taskflux": (tf_packet(b"Z???"), b"", tf_reply),
