@@ -270,7 +270,8 @@ class Engine:
         if job.finished:
             raise client_error("Duplicate result")
         self.apply(("complete" if success else "fail", id, result, now))
-        if job.finished and not job.ttl and id in self.jobs:
+        after = self.jobs.get(id)   # (still here unless a run caller took its result)
+        if after is not None and after.finished and not after.ttl:
             self.apply(("delete", id))
         return [OK, None]
 
