@@ -18,7 +18,7 @@ from typing import Final, Optional
 
 from .directory import SHARED, JobDirectory
 
-DEFAULT_LIMIT: Final = 1 << 20
+DEFAULT_LIMIT: Final = 1 << 18   # entries per generation: at most ~3 MB for both
 
 
 class JobCache:
