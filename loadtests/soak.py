@@ -135,9 +135,11 @@ class Workq(Client):
 
     def step(self, rng: random.Random) -> None:
         q = rng.choice(QUEUES[self.protocol])
-        if rng.random() < 0.05:   # a job another protocol added: leased, completed
-            _, items = workq_reply(self.send(f"lease {SHARED} 1\r\n".encode()))
-            if items:
+        if rng.random() < 0.05:   # jobs another protocol added: leased, completed, until none is left
+            for _ in range(16):
+                _, items = workq_reply(self.send(f"lease {SHARED} 1\r\n".encode()))
+                if not items:
+                    break
                 workq_reply(self.send(f"complete {items[0][0][0].decode()} 2\r\nok\r\n".encode()))
         ttr = 150 if rng.random() < 0.1 else 10000           # one lease in ten expires
         id = str(uuid.uuid4())
