@@ -130,28 +130,44 @@ def test_duplicate_add_is_duplicate_job():
 
 
 # ------------------------------------------------------ jobs that have no TTL
-def test_a_job_with_no_ttl_keeps_no_result_once_finished():
+HOUR = 3600 * SEC
+
+
+def test_a_job_with_no_ttl_keeps_its_result_an_hour_then_goes():
     """Added over a protocol without TTLs (none of them reads results) and
-    finished over workq: it goes, rather than stay for ever."""
+    finished over workq: its result is there to read, for an hour, then
+    the job goes, rather than stay for ever."""
     e = Engine()
     add(e, "a", ttl=0)
     lease(e)
-    assert complete(e, "a", b"done") == [OK, None]
+    assert complete(e, "a", b"done", now=T0 + SEC) == [OK, None]
+    assert result(e, "a") == [OK, ("a", 1, b"done")]
+    assert e.next_deadline() == T0 + SEC + HOUR
+    e.advance(T0 + SEC + HOUR - 1)
+    assert result(e, "a") == [OK, ("a", 1, b"done")]
+    e.advance(T0 + SEC + HOUR)
+    assert "a" not in e.inner.jobs
     assert result(e, "a") == [NOT_FOUND, ""]
+    assert e.next_deadline() is None
+
+
+def test_a_job_with_a_ttl_is_kept_by_its_ttl_only():
+    e = Engine()
+    add(e, "a", ttl=10 * 3600 * 1000)
+    lease(e)
+    complete(e, "a", b"done")
+    e.advance(T0 + 2 * HOUR)
+    assert result(e, "a") == [OK, ("a", 1, b"done")]
+
+
+def test_an_untimed_job_deleted_meanwhile_or_requeued_by_a_fail_is_not_kept():
+    e = Engine()
+    add(e, "a", ttl=0)
     add(e, "b", ttl=0, max_fails=2)
     lease(e)
-    assert fail(e, "b") == [OK, None]               # requeued: it is not finished
-    assert job(e, "b")["state"] == PENDING
-    lease(e)
-    assert fail(e, "b", b"last") == [OK, None]      # finished: gone
-    assert result(e, "b") == [NOT_FOUND, ""]
-
-
-def test_a_job_with_no_ttl_answers_its_result_waiter_first():
-    e = Engine()
-    add(e, "a", ttl=0)
-    assert result(e, "a", timeout=60_000, token="r") is None
-    lease(e)
-    complete(e, "a", b"pong")
-    assert drain(e) == [("r", [OK, ("a", 1, b"pong")])]
-    assert result(e, "a") == [NOT_FOUND, ""]
+    complete(e, "a", b"done")
+    assert e.execute("delete", ("a",), T0)[0] == OK
+    assert e.inner.kept == {}
+    assert leased_id(lease(e)) == "b"
+    fail(e, "b")                         # requeued: not finished, nothing kept
+    assert e.inner.kept == {} and job(e, "b")["state"] == PENDING

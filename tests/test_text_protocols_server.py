@@ -536,20 +536,6 @@ def test_workq_add_then_queued_deque(wq, q):
     assert wq.call(f"inspect job {id}\r\n".encode()) == b"-NOT-FOUND\r\n"   # DEQUE removed it
 
 
-def test_a_takeanumber_job_finished_over_workq_keeps_no_result(t, wq):
-    """takeanumber has no TTL and no results: a job it added, leased and
-    completed (or failed for good) over workq goes at once instead of being
-    kept for ever for a result nobody can ask."""
-    name = qname()
-    for finish in (b"complete", b"fail"):
-        id = added_id(t.call(f"ADD {name} 0 work\r\n".encode()))
-        leased = wq.call(f"lease {name} 1000\r\n".encode())
-        assert leased.startswith(f"+OK 1\r\n{id} {name} 4\r\n".encode()), leased
-        assert wq.call(finish + f" {id} 2\r\nok\r\n".encode()) == b"+OK\r\n"
-        assert wq.call(f"inspect job {id}\r\n".encode()) == b"-NOT-FOUND\r\n"
-        assert wq.call(f"result {id} 0\r\n".encode()) == b"-NOT-FOUND\r\n"
-
-
 def test_queued_dedup_sees_jobs_added_over_other_protocols(t, q):
     name = qname()
     added_id(t.call(f"ADD {name} 0 same bytes\r\n".encode()))

@@ -103,15 +103,23 @@ class Waiter:
         self.owner: Owner = None    # who a job handed to this waiter is leased to
 
 
+#: µs a finished job with no TTL of its own keeps its result (an hour)
+KEEP_UNTIMED_RESULTS: Final = 3_600_000_000
+
+
 class Engine:
     def __init__(self, shard: int = 0, max_queues: Optional[int] = None, queue_idle: Optional[int] = None,
-                 shards: int = 1) -> None:
+                 shards: int = 1, keep_untimed_results: int = KEEP_UNTIMED_RESULTS) -> None:
         self.shard = shard
         self.shards = shards            # job numbers made here are shard + 1 (mod shards)
         self.max_queues = max_queues    # None: no cap
         self.queue_idle = queue_idle    # µs an unused queue is kept; None or 0: for ever
         #: unused queues, longest unused first: name -> since when (µs)
         self.idle: "OrderedDict[str, int]" = OrderedDict()
+        #: finished jobs with no TTL of their own, oldest first: id -> finished when (µs);
+        #: each goes ``keep_untimed_results`` µs after it finished (see _finish)
+        self.kept: Dict[str, int] = {}
+        self.keep_untimed_results = keep_untimed_results
         self.now = 0                    # the time of the latest request or timer run
         #: owner -> ids of the jobs leased to it; job id -> its owner
         self.owned: Dict[Owner, Set[str]] = {}
@@ -163,6 +171,10 @@ class Engine:
             unused = self.idle[next(iter(self.idle))] + self.queue_idle
             if deadline is None or unused < deadline:
                 deadline = unused
+        if self.kept:
+            gone = self.kept[next(iter(self.kept))] + self.keep_untimed_results
+            if deadline is None or gone < deadline:
+                deadline = gone
         return deadline
 
     def advance(self, now: int) -> Effects:
@@ -172,6 +184,14 @@ class Engine:
         self.now = now
         if self.queue_idle:
             self._drop_unused(now - self.queue_idle)
+        kept = self.kept
+        while kept:
+            id = next(iter(kept))
+            if kept[id] + self.keep_untimed_results > now:
+                break
+            del kept[id]
+            if id in self.jobs:
+                self.apply(("delete", id))
         for entry in self.timers.due(now):
             if entry.kind == T_WAIT:
                 entry.due = None
@@ -263,16 +283,16 @@ class Engine:
 
     def _finish(self, now: int, token: Token, id: str, result: bytes, success: bool) -> Reply:
         """A result (workq ``complete``/``fail``). A job with no TTL (added
-        over another protocol: none of them reads results) that it finishes
-        keeps none: once whoever waited for it has it, the job goes, rather
-        than stay for ever."""
+        over another protocol, none of which reads results) that it finishes
+        is kept for ``keep_untimed_results`` (its result readable by
+        ``result``), then goes, rather than stay for ever."""
         job = self._job(id)
         if job.finished:
             raise client_error("Duplicate result")
         self.apply(("complete" if success else "fail", id, result, now))
         after = self.jobs.get(id)   # (still here unless a run caller took its result)
         if after is not None and after.finished and not after.ttl:
-            self.apply(("delete", id))
+            self.kept[id] = now
         return [OK, None]
 
     def _complete(self, now: int, token: Token, id: str, result: bytes) -> Reply:
@@ -673,6 +693,8 @@ class Engine:
                 self.apply(("delete", job.id))
             elif job.state == J.LEASED:
                 self.apply(("release", job.id, now))
+            elif job.finished and not job.ttl:
+                self.kept[job.id] = now   # kept anew from the restart
         return fx
 
     def snapshot(self) -> Iterator[Event]:
@@ -861,6 +883,8 @@ class Engine:
         """Take ``job`` off the shard; whoever waits for its result gets ``to_waiters``."""
         id = job.id
         del self.jobs[id]
+        if self.kept:
+            self.kept.pop(id, None)
         if self.by_number is not None:
             del self.by_number[job.number]
         queue = self.queues[job.name]
