@@ -42,7 +42,7 @@ from queueserver.serverprocess import ServerProcess  # noqa: E402
 #: takeanumber job leased over workq and dropped would stay reserved for ever)
 QUEUES = {protocol: [f"soak-{protocol}-{i}" for i in range(8)]
           for protocol in ("workq", "takeanumber", "goqueue", "queued", "taskflux")}
-#: the queue where jobs cross protocols: takeanumber adds, workq completes
+#: the queue where jobs cross protocols: workq adds, takeanumber reserves and finishes
 SHARED = "soak-shared"
 #: takes per add: consumers drain faster than producers fill, so the
 #: queues stay short (retries and expired leases put jobs back) and what
@@ -135,12 +135,8 @@ class Workq(Client):
 
     def step(self, rng: random.Random) -> None:
         q = rng.choice(QUEUES[self.protocol])
-        if rng.random() < 0.05:   # jobs another protocol added: leased, completed, until none is left
-            for _ in range(16):
-                _, items = workq_reply(self.send(f"lease {SHARED} 1\r\n".encode()))
-                if not items:
-                    break
-                workq_reply(self.send(f"complete {items[0][0][0].decode()} 2\r\nok\r\n".encode()))
+        if rng.random() < 0.05:   # for a takeanumber worker
+            workq_reply(self.send(f"add {uuid.uuid4()} {SHARED} 10000 60000 5\r\ncross\r\n".encode()))
         ttr = 150 if rng.random() < 0.1 else 10000           # one lease in ten expires
         id = str(uuid.uuid4())
         r = self.send(f"add {id} {q} {ttr} 60000 5 -max-attempts=3\r\npayld\r\n".encode())
@@ -171,8 +167,12 @@ class TakeANumber(Client):
 
     def step(self, rng: random.Random) -> None:
         q = rng.choice(QUEUES[self.protocol])
-        if rng.random() < 0.05:   # for a workq worker
-            self.send(f"ADD {SHARED} 0 crossing\r\n".encode()).until(b"\r\n")
+        if rng.random() < 0.05:   # jobs workq added: reserved and done, until none is left
+            for _ in range(16):
+                line = self.send(f"RESERVE {SHARED}\r\n".encode()).until(b"\r\n")
+                if not line.startswith(b"+"):
+                    break
+                self.send(f"DONE {SHARED} {line[1:].split(b' ', 1)[0].decode()}\r\n".encode()).until(b"\r\n")
         r = self.send(f"ADD {q} 2 body{rng.randrange(1000)}\r\n".encode())
         r.until(b"\r\n")
         for _ in range(TAKES):
