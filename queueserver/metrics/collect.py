@@ -47,10 +47,15 @@ SHARD_COUNTERS: Tuple[ShardCounter, ...] = ("accepted", "bytes_received", "bytes
 TRAFFIC_COUNTERS: Tuple[Literal["accepted", "bytes_received", "bytes_sent"], ...] = (
     "accepted", "bytes_received", "bytes_sent")
 #: what a shard's entry shows only while it answers, in this order
+#: (the last four count since the process started: frames it sent over every
+#: link, frames over its links to other shards, requests it executed, and the
+#: event-loop turns that executed any; ``make bench-cores`` takes their differences)
 ShardGauge = Literal["jobs", "queues", "log_bytes", "connections", "slots_owned", "history_bytes",
-                     "history_segments", "link_frames_sent"]
+                     "history_segments", "link_frames_sent", "shard_link_frames", "requests",
+                     "request_turns"]
 SHARD_GAUGES: Tuple[ShardGauge, ...] = ("jobs", "queues", "log_bytes", "connections", "slots_owned",
-                                        "history_bytes", "history_segments", "link_frames_sent")
+                                        "history_bytes", "history_segments", "link_frames_sent",
+                                        "shard_link_frames", "requests", "request_turns")
 STATES = ("ready", "scheduled", "leased", "finished")
 NCOUNTERS = len(COUNTERS)
 OTHER = "other"
@@ -97,6 +102,9 @@ class ShardStatus(TypedDict):
     history_bytes: NotRequired[int]
     history_segments: NotRequired[int]
     link_frames_sent: NotRequired[int]
+    shard_link_frames: NotRequired[int]
+    requests: NotRequired[int]
+    request_turns: NotRequired[int]
 
 
 class RouterStatus(TypedDict):
@@ -112,6 +120,7 @@ class RouterStatus(TypedDict):
     shard_links_up: NotRequired[int]
     shard_links: NotRequired[int]
     link_frames_sent: NotRequired[int]
+    link_frames: NotRequired[int]
 
 
 class Status(TypedDict):
@@ -422,6 +431,7 @@ class NodeView:
                 router["shard_links_up"] = answer.get("shard_links_up", 0)
                 router["shard_links"] = answer.get("shard_links", 0)
                 router["link_frames_sent"] = answer.get("link_frames_sent", 0)
+                router["link_frames"] = answer.get("link_frames", 0)
                 totals["connections"] += router["connections"]
             for counter in TRAFFIC_COUNTERS:
                 totals[counter] += router[counter]

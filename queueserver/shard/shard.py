@@ -157,6 +157,12 @@ class Shard:
         self._rearm = Event()
         self._armed: Optional[int] = None
         self._after_batch_scheduled = False
+        #: requests executed, and the event-loop turns that executed any (for
+        #: ``/status``: requests per turn; see :meth:`_count_turn`)
+        self.requests_run = 0
+        self.request_turns = 0
+        self._turn_requests = 0      # requests_run as the last turn counted left it
+        self._turn_iteration = -1    # the hub loop's iteration that turn was counted in
         #: every greenlet that may run a request or a timer, stopped before the log closes
         self._tasks = Group()
         self.stopping = False
@@ -172,6 +178,7 @@ class Shard:
         request it is, if known: a lease's holder, and who the history names."""
         if self.stopping:   # the log may be closing: change nothing
             return [SERVER_ERROR, "Shard is stopping"]
+        self.requests_run += 1
         if op in _NUMBERED and self.engine.needs_numbers():
             refused = self._take_numbers()
             if refused is not None:
@@ -899,6 +906,8 @@ class Shard:
         answer parked requests, tell routers of jobs made and gone; re-arm
         the timer."""
         self._after_batch_scheduled = False
+        if self.requests_run != self._turn_requests:
+            self._count_turn()
         if self.stopping:
             return
         engine = self.engine
@@ -925,6 +934,19 @@ class Shard:
         deadline = engine.next_deadline()
         if deadline is not None and (self._armed is None or deadline < self._armed):
             self._rearm.set()
+
+    def _count_turn(self) -> None:
+        """Requests ran since the last :meth:`_after_batch`: count the loop
+        turn they ran in, once however many times it runs in that turn (it
+        follows each read of a router's or shard's link, and once more in the
+        turn's callbacks). A turn is one iteration of the hub's libev loop:
+        the requests of every socket one poll found readable; where the loop
+        tells no iteration (libuv), each such run counts."""
+        self._turn_requests = self.requests_run
+        iteration: int = getattr(gevent.get_hub().loop, "iteration", -1)
+        if iteration < 0 or iteration != self._turn_iteration:
+            self._turn_iteration = iteration
+            self.request_turns += 1
 
     def _timer_loop(self) -> None:
         engine = self.engine

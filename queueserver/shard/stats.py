@@ -75,6 +75,7 @@ from ..engine.job import Job
 from ..engine.jobqueue import JobQueue
 from ..metrics import FSYNC_BUCKETS, LATENCY_BUCKETS, MAX_QUEUE_LABELS, traffic
 from ..metrics.histogram import Histogram, empty_snapshot
+from ..metrics.linkframes import LinkFrames
 from ..net.channel import FRAMES_SENT
 from .outcomes import history_event
 
@@ -150,6 +151,8 @@ class ShardStats:
         self.slots_owned = 0
         self.slot_moves = {"in": 0, "out": 0}
         self.engine: Optional[Engine] = None
+        #: frames over this shard's links to the other shards (read at snapshot time)
+        self.shard_link_frames = LinkFrames()
         self._exhausted: Optional[Set[str]] = None   # jobs exhausted while a ttr or fail runs
 
     # ------------------------------------------------------------- cluster
@@ -476,6 +479,12 @@ class ShardStats:
         }
         answer.update(traffic.snapshot())   # connections served here directly, their bytes
         answer["link_frames_sent"] = FRAMES_SENT[0]
+        if shard is not None:   # the messaging per job between shards, and requests per loop turn
+            peers = shard.peers
+            answer["shard_link_frames"] = self.shard_link_frames.count(
+                [link.channel for link in peers.links.values()] if peers is not None else [])
+            answer["requests"] = shard.requests_run
+            answer["request_turns"] = shard.request_turns
         durability = shard.durability if shard is not None else None
         if durability is not None and durability.recovered:
             wal = durability.wal
