@@ -6,7 +6,7 @@ ARGS   ?=
 # apt-get needs root: sudo where we are not root and sudo exists.
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
-.PHONY: run test venv dev browser clean loadtest bench crash-test failover-test bench-spark bench-cluster bench-replication bench-failover docs
+.PHONY: run test venv dev browser clean loadtest bench bench-cores crash-test failover-test bench-spark bench-cluster bench-replication bench-failover docs
 .DEFAULT_GOAL := venv
 
 # Stamps in the venv. MADE is written last when the venv is made, so a
@@ -134,6 +134,11 @@ loadtest: dev
 # e.g. make bench ARGS="--quick" or ARGS="--only ours --json bench.json"
 bench: venv
 	$(BIN)/python loadtests/bench.py $(ARGS)
+
+# Does a job cost the same at 1, 2, 4 and 8 shards? CPU per cycle, frames between shards and requests per loop turn
+# (random ids, 64 queues), beanstalkd and Redis in the same run (about 1.5 min; ARGS="--quick", "--repeat 3", "--profile DIR").
+bench-cores: venv
+	$(BIN)/python loadtests/bench_cores.py $(ARGS)
 
 # queueserver history (10M events, full and incremental) and the DataFrame writer on local[*]; ARGS="--quick" for 200k.
 bench-spark: dev

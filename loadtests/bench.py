@@ -232,12 +232,12 @@ def server_cpu(server: peers.ServerUnderTest) -> Dict[str, float]:
 
 def measure_cycle(server: peers.ServerUnderTest, opts: argparse.Namespace) -> Dict[str, Any]:
     """Workload (1), plus the CPU each server process spent on it (workload 3)."""
-    spec = _spec(server, opts, CYCLE)
+    spec = load_spec(server, opts, CYCLE)
     loadgen.prefill(spec, opts.prefill)
-    return _cycle_run(server, spec)
+    return cycle_run(server, spec)
 
 
-def _cycle_run(server: peers.ServerUnderTest, spec: LoadSpec) -> Dict[str, Any]:
+def cycle_run(server: peers.ServerUnderTest, spec: LoadSpec) -> Dict[str, Any]:
     """One full-cycle run of ``spec`` with the CPU each server process spent on it."""
     before = server_cpu(server)
     result = loadgen.run(spec)
@@ -253,7 +253,7 @@ def _cycle_run(server: peers.ServerUnderTest, spec: LoadSpec) -> Dict[str, Any]:
 
 def measure_produce(server: peers.ServerUnderTest, opts: argparse.Namespace) -> Dict[str, Any]:
     """Workload (2): enqueue only, ``batch`` requests per write."""
-    return _result_dict(loadgen.run(_spec(server, opts, PRODUCE)))
+    return _result_dict(loadgen.run(load_spec(server, opts, PRODUCE)))
 
 
 def measure_memory(server: peers.ServerUnderTest, opts: argparse.Namespace) -> Dict[str, Any]:
@@ -266,7 +266,7 @@ def measure_memory(server: peers.ServerUnderTest, opts: argparse.Namespace) -> D
     """
     pids = server.pids()
     before = {role: rss_bytes(pid) for role, pid in pids.items()}
-    spec = _spec(server, opts, PRODUCE)
+    spec = load_spec(server, opts, PRODUCE)
     spec.warmup, spec.duration, spec.max_ops = 0.0, 600.0, opts.memory_jobs
     spec.ttl_ms = 3_600_000
     result = loadgen.run(spec)
@@ -288,20 +288,20 @@ def measure_durable_cycle(server: peers.ServerUnderTest, opts: argparse.Namespac
     shutdown, so this way they count the run (warm-up included) and not the
     pipelined prefill. The run then serves the prefilled jobs as recovered
     from the log."""
-    spec = _spec(server, opts, CYCLE)
+    spec = load_spec(server, opts, CYCLE)
     loadgen.prefill(spec, opts.prefill)
     if isinstance(server, OurServer):
         server.end_run()
         server.start()
-        _announce(server, "started again after the prefill")
-        spec = _spec(server, opts, CYCLE)     # a new port
-    out = _cycle_run(server, spec)
+        announce(server, "started again after the prefill")
+        spec = load_spec(server, opts, CYCLE)     # a new port
+    out = cycle_run(server, spec)
     return _durable_figures(server, out, spec)
 
 
 def measure_durable_produce(server: peers.ServerUnderTest, opts: argparse.Namespace) -> Dict[str, Any]:
     """Workload (2) on a durable server, with what its log did (ours)."""
-    spec = _spec(server, opts, PRODUCE)
+    spec = load_spec(server, opts, PRODUCE)
     before = server_cpu(server)
     result = loadgen.run(spec)
     after = server_cpu(server)
@@ -334,7 +334,7 @@ def measure_recovery(server: peers.ServerUnderTest, opts: argparse.Namespace) ->
     its log how long each shard took to replay its log, and the wall time from
     spawning the server until it served (its ports.json appeared)."""
     assert isinstance(server, OurServer) and server.data_dir is not None
-    spec = _spec(server, opts, PRODUCE)
+    spec = load_spec(server, opts, PRODUCE)
     spec.warmup, spec.duration, spec.max_ops = 0.0, 600.0, opts.recovery_jobs
     spec.ttl_ms = 3_600_000
     started = time.monotonic()
@@ -343,7 +343,7 @@ def measure_recovery(server: peers.ServerUnderTest, opts: argparse.Namespace) ->
     written = shard_log_stats(server.end_run(), server.shards)
     log_bytes = dir_bytes(server.data_dir)
     server.start()
-    _announce(server, f"started again on {result.ops:,} queued jobs")
+    announce(server, f"started again on {result.ops:,} queued jobs")
     ready_s = server.ready_s
     recovered = shard_recovery_lines(server.end_run(), server.shards)
     return {"jobs": result.ops, "errors": result.errors, "queue_s": queue_s, "log_bytes": log_bytes,
@@ -396,7 +396,7 @@ def _steady_rss(pids: Dict[str, int], timeout: float = 15.0) -> Dict[str, int]:
     return last
 
 
-def _spec(server: peers.ServerUnderTest, opts: argparse.Namespace, workload: str) -> LoadSpec:
+def load_spec(server: peers.ServerUnderTest, opts: argparse.Namespace, workload: str) -> LoadSpec:
     return LoadSpec(protocol=server.protocol, port=server.port, workload=workload,
                     connections=opts.connections, procs=opts.loadgen_procs, warmup=opts.warmup,
                     duration=opts.duration, batch=opts.batch, queues=opts.queues,
@@ -439,6 +439,24 @@ def project(cpu_us: Dict[str, float], kind: str, scales: bool, cores: int) -> Tu
 
 
 # ---------------------------------------------------------------- report
+def run_header() -> Dict[str, Any]:
+    """When, on what machine, by which command: the head of every report."""
+    argv = [os.path.relpath(sys.executable) if sys.executable.startswith(REPO) else sys.executable,
+            os.path.relpath(os.path.abspath(sys.argv[0]))] + sys.argv[1:]
+    mem_kb = 0
+    try:
+        with open("/proc/meminfo") as f:
+            mem_kb = int(f.readline().split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "cores": CORES, "cpu": cpu_model(), "memory_gib": round(mem_kb / 1048576, 1),
+        "kernel": platform.release(), "python": platform.python_version(),
+        "command": shlex.join(argv), "via_make": bool(os.environ.get("MAKELEVEL")),
+    }
+
+
 def fmt_num(x: Optional[float], digits: int = 0) -> str:
     if x is None:
         return "-"
@@ -468,20 +486,7 @@ class Report:
         self.disk: Dict[str, float] = {}            # fsync_probe() on that filesystem
 
     def _header(self) -> Dict[str, Any]:
-        argv = [os.path.relpath(sys.executable) if sys.executable.startswith(REPO) else sys.executable,
-                os.path.relpath(os.path.abspath(sys.argv[0]))] + sys.argv[1:]
-        mem_kb = 0
-        try:
-            with open("/proc/meminfo") as f:
-                mem_kb = int(f.readline().split()[1])
-        except (OSError, ValueError, IndexError):
-            pass
-        return {
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
-            "cores": CORES, "cpu": cpu_model(), "memory_gib": round(mem_kb / 1048576, 1),
-            "kernel": platform.release(), "python": platform.python_version(),
-            "command": shlex.join(argv), "via_make": bool(os.environ.get("MAKELEVEL")),
-        }
+        return run_header()
 
     def record(self, label: str, key: str, value: Any) -> None:
         self.results[label][key] = value
@@ -883,29 +888,29 @@ def run_durable(opts: argparse.Namespace, report: Report,
 
 def _run_one(opts: argparse.Namespace, report: Report, label: str, key: str,
              factory: Callable[[], peers.ServerUnderTest], measure: Callable[..., Dict[str, Any]]) -> None:
-    _progress(f"{label}: {key} ...")
+    progress(f"{label}: {key} ...")
     started = time.monotonic()
     try:
         with factory() as server:
-            _announce(server)
+            announce(server)
             if isinstance(server, OurServer) and server.data_dir:
-                _progress(f"{label}: data in {server.data_dir}")
+                progress(f"{label}: data in {server.data_dir}")
             report.versions[VERSION_NAMES.get(server.protocol, server.protocol)] = server.version
             report.record(label, key, measure(server, opts))
     except KeyboardInterrupt:
         raise
     except Exception as err:  # one server failing must not hide the others' numbers
         report.record(label, key, f"{type(err).__name__}: {err}")
-    _progress(f"{label}: {key} done in {time.monotonic() - started:.1f} s")
+    progress(f"{label}: {key} done in {time.monotonic() - started:.1f} s")
 
 
-def _announce(server: peers.ServerUnderTest, what: str = "") -> None:
+def announce(server: peers.ServerUnderTest, what: str = "") -> None:
     """The server's port and pids on stderr (the smoke test checks these pids are gone at the end)."""
-    _progress(f"{server.label}: {what + ', ' if what else ''}{server.protocol} on {peers.HOST}:{server.port}, "
+    progress(f"{server.label}: {what + ', ' if what else ''}{server.protocol} on {peers.HOST}:{server.port}, "
               f"pids {json.dumps(server.pids())}")
 
 
-def _progress(message: str) -> None:
+def progress(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
@@ -970,7 +975,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         run_durable(opts, report, durable)
     except KeyboardInterrupt:
         interrupted = True
-        _progress("interrupted: every server started has been stopped; partial results follow")
+        progress("interrupted: every server started has been stopped; partial results follow")
     text = report.render()
     print(text, flush=True)
     if opts.json:

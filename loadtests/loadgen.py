@@ -277,8 +277,11 @@ class LoadSpec:
     id_slots: Optional[FrozenSet[int]] = None
 
     def queue_names(self) -> List[bytes]:
-        """Our and Redis's queues rotate over many names; beanstalkd has one tube per connection."""
-        count = self.queues if PROTOCOLS[self.protocol].rotates_names else self.connections
+        """Redis's queues rotate over ``queues`` names; workq's and beanstalkd's
+        stay one per connection, or connections share them when ``queues`` are
+        fewer (128 connections over 64 queues: two workers on each)."""
+        rotates = PROTOCOLS[self.protocol].rotates_names
+        count = self.queues if rotates else min(self.queues, self.connections)
         return [b"bench-%d" % i for i in range(count)]
 
     def check(self) -> None:

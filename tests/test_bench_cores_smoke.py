@@ -1,0 +1,67 @@
+"""``make bench-cores`` runs end to end: ``bench_cores.py --quick`` at 1 and
+2 shards (with beanstalkd and Redis when they are unpacked already).
+
+Why: the bench is run by hand and rarely; this proves its pieces fit, that
+its figures come out where they should, and that every server it starts is
+stopped again. No timing is asserted (a shared, noisy machine): only what
+must hold whatever the speed. With random ids, one shard has nobody to
+claim them at (no frame between shards) and two shards do (about half the
+adds claim at the other); a turn that is counted ran at least one request.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from test_bench_smoke import assert_all_gone, started_pids
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH_CORES = os.path.join(REPO, "loadtests", "bench_cores.py")
+COLUMNS = ("cycles/s", "÷ 1 shard", "server µs/cycle", "CPU ÷ 1 shard", "cores busy", "shard frames/cycle",
+           "router frames/cycle", "requests/turn", "req p99 ms", "cycle p99 ms")
+
+sys.path.insert(0, os.path.join(REPO, "loadtests"))
+import peers  # noqa: E402
+
+
+@pytest.mark.timeout(120)
+def test_quick_bench_cores(tmp_path) -> None:
+    out = tmp_path / "cores.json"
+    with_peers = peers.installed()
+    proc = subprocess.run([sys.executable, BENCH_CORES, "--quick", "--shards", "1", "2", "--json", str(out)]
+                          + ([] if with_peers else ["--no-peers"]),
+                          cwd=REPO, capture_output=True, text=True, timeout=110)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = proc.stdout
+    header = next(line for line in text.splitlines() if line.startswith("server "))
+    for column in COLUMNS:
+        assert column in header, f"{column!r} missing from:\n{text}"
+    assert "problems:" not in text, text
+    assert "load average" in text and "targets (issue 27" in text
+
+    report = json.loads(out.read_text())
+    rows = report["rows"]
+    expected = ["ours, 1 shard", "ours, 2 shards"] + (["beanstalkd", "redis"] if with_peers else [])
+    assert list(rows) == expected
+    for label in expected:
+        row = rows[label]
+        assert row["runs"] == 1 and row["failures"] == [] and row["errors"] == 0, row
+        assert row["cycles_per_s"] > 0 and row["server_cpu_us_per_cycle"] > 0 and row["cores_busy"] > 0
+        assert row["request_p99_us"] > 0 and row["cycle_p99_us"] > 0
+    one, two = rows["ours, 1 shard"], rows["ours, 2 shards"]
+    assert one["shard_frames_per_cycle"] == 0          # one shard: nobody to claim an id at
+    assert two["shard_frames_per_cycle"] > 0           # two: about half the ids are at home on the other
+    for row in (one, two):
+        assert row["requests_per_turn"] >= 1
+        assert row["router_frames_per_cycle"] >= 0
+    run = report["runs"]["ours, 2 shards"][0]
+    # 3 requests per cycle (and a few cycles begun at the end of the window)
+    assert run["counted"]["requests"] >= 3 * run["total_ops"]
+    if with_peers:
+        assert rows["beanstalkd"]["requests_per_turn"] is None   # counted by ours only
+    assert [t["what"] for t in report["targets"]][0] == "server CPU per cycle, ours, 2 shards ÷ ours, 1 shard"
+    assert_all_gone(started_pids(proc.stderr))
