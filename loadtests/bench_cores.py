@@ -145,7 +145,7 @@ def profiler_for(compiled: bool) -> Tuple[str, str]:
 
 def start_profiler(tool: str, pid: int, path: str) -> subprocess.Popen:
     if tool == "perf":
-        argv = ["perf", "record", "-g", "-F", "499", "-o", path, "-p", str(pid)]
+        argv = ["perf", "record", "-g", "-F", "1999", "-o", path, "-p", str(pid)]
     else:
         py_spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
         argv = [py_spy, "record", "--nonblocking", "--rate", "250", "--format", "raw", "-o", path,
@@ -166,16 +166,22 @@ def summarize_profile(tool: str, path: str) -> List[str]:
     """The functions that took most of the samples themselves (self time),
     as lines, after one with the number of samples."""
     if tool == "perf":
-        report = subprocess.run(["perf", "report", "-i", path, "--stdio", "--no-children", "-g", "none",
-                                 "--sort", "dso,symbol", "--percent-limit", "0.5"],
-                                capture_output=True, text=True, timeout=300)
-        with open(path + ".txt", "w") as f:
-            f.write(report.stdout)
-        samples = next((line.split(":", 1)[1].strip() for line in report.stdout.splitlines()
-                        if line.startswith("# Samples:")), "?")
-        lines = [re.sub(r"(\s+-)+\s*$", "", line) for line in report.stdout.splitlines()
-                 if line.strip() and not line.startswith("#")]
-        return [f"{samples} samples (perf report --no-children --sort dso,symbol)"] + lines[:PROFILE_TOP]
+        def report(sort: str, top: int) -> Tuple[str, List[str]]:
+            text = subprocess.run(["perf", "report", "-i", path, "--stdio", "--no-children", "-g", "none",
+                                   "--sort", sort, "--percent-limit", "0.5"],
+                                  capture_output=True, text=True, timeout=300).stdout
+            samples = next((line.split(":", 1)[1].split()[0] for line in text.splitlines()
+                            if line.startswith("# Samples:")), "?")
+            lines = [re.sub(r"(\s+-)+\s*$", "", line) for line in text.splitlines()
+                     if line.strip() and not line.startswith("#")]
+            with open(f"{path}.{sort.replace(',', '-')}.txt", "w") as f:
+                f.write(text)
+            return samples, lines[:top]
+
+        samples, by_dso = report("dso", 6)
+        _, by_symbol = report("dso,symbol", PROFILE_TOP)
+        return ([f"{samples} samples (perf report --no-children); self time by library:"] + by_dso
+                + ["and by function:"] + by_symbol)
     by_function: Counter = Counter()
     total = 0
     with open(path) as f:
