@@ -1,12 +1,14 @@
 """``/status`` counts what ``make bench-cores`` divides by the jobs done:
-frames between shards, frames between routers and shards, requests and the
-event-loop turns that executed them (a real 2-shard server, real clients).
+frames between shards, frames between routers and shards, the requests
+shards executed and the event-loop turns that executed them (a real
+2-shard server, real clients).
 
-Known work, known counts: an add whose id is at home on the other shard
-is claimed there, one request frame and one answer on the adding shard's
-link; an add whose id is at home where it is made sends nothing. Adds one
-at a time each run in a turn of their own; adds pipelined in one write
-share one.
+Known work, known counts. On one host an add's id is claimed in the table
+the shards share (:mod:`queueserver.shard.hostids`): no frame between
+shards, wherever the id's home is. An add of an id another shard's job
+has asks that shard (``exists``): one request frame and its answer on the
+asking shard's link, a request for the shard asked, and the add is refused. Adds one at a time each run
+in a turn of their own; adds pipelined in one write share one.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Any, Dict, List
 import pytest
 
 from queueserver.client import Client
+from queueserver.client.client import ClientError
 from queueserver.sharding import shard_for
 
 from serverproc import ServerProcess, http_get, poll
@@ -52,13 +55,8 @@ def settled(proc: ServerProcess) -> Dict[str, int]:
     return last[0]
 
 
-def ids_at_home(shard: int, count: int) -> List[str]:
-    ids: List[str] = []
-    while len(ids) < count:
-        id = str(uuid.uuid4())
-        if shard_for(id, 2) == shard:
-            ids.append(id)
-    return ids
+def ids(count: int) -> List[str]:
+    return [str(uuid.uuid4()) for _ in range(count)]
 
 
 def queue_on(shard: int) -> str:
@@ -69,33 +67,38 @@ def queue_on(shard: int) -> str:
 def test_status_counts_frames_requests_and_turns(direct: bool) -> None:
     extra = [] if direct else ["--no-direct-path"]
     with ServerProcess(shards=2, protocols=["workq"], extra=extra) as proc:
-        queue = queue_on(0)
-        with Client("127.0.0.1", proc.port("workq")) as client:
-            # The links are up and the homes have listed each other's jobs once
-            # an add claimed at the other shard is answered; then nothing moves.
-            client.add(ids_at_home(1, 1)[0], queue, b"x", 60_000, 600_000)
+        zero, one = queue_on(0), queue_on(1)
+        with Client("127.0.0.1", proc.port("workq")) as client, \
+                Client("127.0.0.1", proc.port("workq")) as other:
+            client.add(ids(1)[0], zero, b"x", 60_000, 600_000)   # the links are up once it is answered
+            other.add(ids(1)[0], one, b"x", 60_000, 600_000)
             before = settled(proc)
 
-            for id in ids_at_home(1, ADDS):   # claimed at shard 1, one at a time
-                client.add(id, queue, b"x", 60_000, 600_000)
+            added = ids(ADDS)   # random ids, homes on either shard: claimed in the host's table
+            for id in added:
+                client.add(id, zero, b"x", 60_000, 600_000)
             claimed = counts(proc)
-            assert claimed["shard_frames"] - before["shard_frames"] == 2 * ADDS
+            assert claimed["shard_frames"] == before["shard_frames"]
             assert claimed["requests"] - before["requests"] == ADDS
             assert claimed["turns"] - before["turns"] == ADDS
             if not direct:   # each add forwarded: its frame and its answer's on the router's link
                 assert claimed["router_frames"] - before["router_frames"] >= 2 * ADDS
 
-            for id in ids_at_home(0, ADDS):   # at home where they are made: no frame between shards
-                client.add(id, queue, b"x", 60_000, 600_000)
-            home = counts(proc)
-            assert home["shard_frames"] == claimed["shard_frames"]
-            assert home["requests"] - claimed["requests"] == ADDS
+            for id in added:   # shard 0's jobs' ids, on shard 1: it asks shard 0, which has them
+                with pytest.raises(ClientError, match="Duplicate job"):
+                    other.add(id, one, b"x", 60_000, 600_000)
+            refused = counts(proc)
+            assert refused["shard_frames"] - claimed["shard_frames"] == 2 * ADDS
+            # each: the add on shard 1 and the ask on shard 0, a turn each; the
+            # shard's own step (the refused job withdrawn) is no request
+            assert refused["requests"] - claimed["requests"] == 2 * ADDS
+            assert refused["turns"] - claimed["turns"] == 2 * ADDS
 
             pipe = client.pipeline()
-            for id in ids_at_home(0, PIPELINED):
-                pipe.add(id, queue, b"x", 60_000, 600_000)
+            for id in ids(PIPELINED):
+                pipe.add(id, zero, b"x", 60_000, 600_000)
             assert pipe.execute() == [None] * PIPELINED
             together = counts(proc)
-            assert together["requests"] - home["requests"] == PIPELINED
+            assert together["requests"] - refused["requests"] == PIPELINED
             # one write, read at once (a second read at most, should the kernel split it)
-            assert 1 <= together["turns"] - home["turns"] <= 2
+            assert 1 <= together["turns"] - refused["turns"] <= 2

@@ -157,8 +157,9 @@ class Shard:
         self._rearm = Event()
         self._armed: Optional[int] = None
         self._after_batch_scheduled = False
-        #: requests executed, and the event-loop turns that executed any (for
-        #: ``/status``: requests per turn; see :meth:`_count_turn`)
+        #: requests executed that came over a socket (a client's, directly or
+        #: through a router, or another shard's ask), and the event-loop turns
+        #: that executed any (for ``/status``: requests per turn; see :meth:`_count_turn`)
         self.requests_run = 0
         self.request_turns = 0
         self._turn_requests = 0      # requests_run as the last turn counted left it
@@ -178,7 +179,8 @@ class Shard:
         request it is, if known: a lease's holder, and who the history names."""
         if self.stopping:   # the log may be closing: change nothing
             return [SERVER_ERROR, "Shard is stopping"]
-        self.requests_run += 1
+        if token is not None:   # one that came over a socket (the shard's own steps carry none)
+            self.requests_run += 1
         if op in _NUMBERED and self.engine.needs_numbers():
             refused = self._take_numbers()
             if refused is not None:
