@@ -65,7 +65,7 @@ def queue_on(shard: int) -> str:
 
 @pytest.mark.parametrize("direct", [True, False], ids=["direct", "forwarded"])
 def test_status_counts_frames_requests_and_turns(direct: bool) -> None:
-    extra = [] if direct else ["--no-direct-path"]
+    extra = ["--direct-path"] if direct else ["--no-direct-path"]
     with ServerProcess(shards=2, protocols=["workq"], extra=extra) as proc:
         zero, one = queue_on(0), queue_on(1)
         with Client("127.0.0.1", proc.port("workq")) as client, \
