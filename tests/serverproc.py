@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Callable, List, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from queueserver import serverprocess
 
@@ -36,6 +36,32 @@ def http_get(proc: "ServerProcess", path: str, timeout: float = 15.0) -> bytes:
     with urllib.request.urlopen(f"http://{proc.host}:{proc.ports['metrics']}{path}",
                                 timeout=timeout) as answer:
         return answer.read()
+
+
+#: an HTTP answer: status, headers (names in lower case), body
+Answer = Tuple[int, Dict[str, str], bytes]
+
+
+class HttpNode:
+    """A server's metrics and console port, asked over plain HTTP."""
+
+    def __init__(self, proc: "ServerProcess", timeout: float = 30.0) -> None:
+        self.proc = proc
+        self.host = proc.host
+        self.port = proc.ports["metrics"]
+        self.origin = f"http://{self.host}:{self.port}"
+        self.timeout = timeout
+
+    def request(self, method: str, path: str, body: Optional[bytes] = None,
+                headers: Optional[Dict[str, str]] = None) -> Answer:
+        import http.client
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            answer = conn.getresponse()
+            return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
+        finally:
+            conn.close()
 
 
 def poll(condition: Callable[[], object], timeout: float) -> bool:

@@ -8,7 +8,6 @@ count. Over plain HTTP, and in a real browser for what a person does.
 """
 from __future__ import annotations
 
-import http.client
 import json
 import re
 import uuid
@@ -19,29 +18,13 @@ import pytest
 from playwright.sync_api import expect
 
 from browser import screenshot
-from serverproc import ServerProcess, wait_for
+from serverproc import Answer, HttpNode, ServerProcess, wait_for
 from wire import Wire, add, names_on_distinct_shards
 
 TOKEN = "tok-" + uuid.uuid4().hex
 
-Answer = Tuple[int, Dict[str, str], bytes]
-
-
-class Node:
-    def __init__(self, proc: ServerProcess) -> None:
-        self.proc = proc
-        self.host, self.port = proc.host, proc.ports["metrics"]
-        self.base = f"http://{self.host}:{self.port}"
-
-    def request(self, method: str, path: str, body: Optional[bytes] = None,
-                headers: Optional[Dict[str, str]] = None) -> Answer:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
-        try:
-            conn.request(method, path, body=body, headers=headers or {})
-            answer = conn.getresponse()
-            return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
-        finally:
-            conn.close()
+class Node(HttpNode):
+    """The console's port, with the failed lists' and bulk actions' helpers."""
 
     def get(self, path: str) -> Answer:
         return self.request("GET", path)
@@ -216,7 +199,7 @@ def test_failed_jobs_retried_and_deleted_in_the_browser(node, page):
     made = node.jobs(queue, [("failed", 0, b'{"order": %d}' % i) for i in range(5)] + [("completed", 0, b"{}")])
     failed = [id for id, outcome in made.items() if outcome == "failed"]
     page.on("dialog", lambda dialog: dialog.accept())   # the "all" buttons ask first
-    page.goto(node.base + "/")
+    page.goto(node.origin + "/")
     page.click("nav.main a:has-text('Failed')")
     page.wait_for_url(re.compile(r"/failed$"))
     page.fill("form.filters input[name=queue]", queue)
@@ -236,7 +219,7 @@ def test_failed_jobs_retried_and_deleted_in_the_browser(node, page):
     assert node.state(failed[0]) == "ready" and node.state(failed[1]) == "ready"
     screenshot(page, "console-failed-retried")
     # the queue's own failed list: pick every job of the page with the head box, then delete all of the list
-    page.goto(f"{node.base}/queues/{queue}?state=failed")
+    page.goto(f"{node.origin}/queues/{queue}?state=failed")
     expect(page.locator("#jobs tbody tr")).to_have_count(3)
     page.check("#jobs th input.select-all")
     assert page.locator("#jobs tbody input[name=id]:checked").count() == 3

@@ -5,7 +5,6 @@ unchanged, and never a traceback in an error's body.
 """
 from __future__ import annotations
 
-import http.client
 import json
 import re
 import uuid
@@ -16,29 +15,12 @@ import pytest
 
 from queueserver.client import Client
 
-from serverproc import ServerProcess, wait_for
+from serverproc import Answer, HttpNode, ServerProcess, wait_for
 
 TOKEN = "tok-" + uuid.uuid4().hex
 
-Answer = Tuple[int, Dict[str, str], bytes]
-
-
-class Node:
-    def __init__(self, proc: ServerProcess) -> None:
-        self.proc = proc
-        self.host = proc.host
-        self.port = proc.ports["metrics"]
-        self.origin = f"http://{self.host}:{self.port}"
-
-    def request(self, method: str, path: str, body: Optional[bytes] = None,
-                headers: Optional[Dict[str, str]] = None) -> Answer:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=20)
-        try:
-            conn.request(method, path, body=body, headers=headers or {})
-            answer = conn.getresponse()
-            return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
-        finally:
-            conn.close()
+class Node(HttpNode):
+    """The console's port, asked as a browser or a script would."""
 
     def get(self, path: str, **headers: str) -> Answer:
         return self.request("GET", path, headers=headers)

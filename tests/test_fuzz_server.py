@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from serverproc import ServerProcess
-from wire import Wire, add, new_id, qname
+from wire import Wire, add, new_id, qname, read_exactly
 
 PROTOCOLS = ["workq", "takeanumber", "goqueue", "queued", "taskflux"]
 SEED = int(os.environ.get("QS_FUZZ_SEED", "20261123"))
@@ -73,25 +73,18 @@ def well_behaved(proc: ServerProcess, protocol: str) -> None:
             assert _read(sock, 2, b"\r\n")[1] == b":1\r\n"
         elif protocol == "goqueue":
             sock.sendall(b"CONNECT\0")
-            assert _exact(sock, 3) == b"OK\0"
+            assert read_exactly(sock, 3) == b"OK\0"
         elif protocol == "queued":
             sock.sendall(f"USE {name}\nENQUE b2s=\nSIZE\n".encode())
             assert _read(sock, 3, b"\n") == [b"OK\n", b"OK\n", b"SIZE 1\n"]
         else:
             body = b"C" + struct.pack(">i", 0)
             sock.sendall(b"D" + struct.pack(">i", len(body)) + body)
-            assert _exact(sock, 10) == b"R" + struct.pack(">i", 5) + b"c" + struct.pack(">i", 0)
+            assert read_exactly(sock, 10) == b"R" + struct.pack(">i", 5) + b"c" + struct.pack(">i", 0)
     finally:
         sock.close()
 
 
-def _exact(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        assert chunk, "server closed the connection"
-        data += chunk
-    return data
 
 
 def _read(sock: socket.socket, lines: int, eol: bytes) -> list:

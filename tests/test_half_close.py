@@ -20,7 +20,7 @@ from serverproc import ServerProcess, wait_for
 from test_binary_protocols_server import (ENQUEUED, g_add, g_reserve, t_count, t_dequeue, t_enqueue, t_record,
                                           t_size)
 from test_text_protocols_server import b64
-from wire import add, inspect_field, new_id, qname, read_to_eof, workq_wire
+from wire import add, inspect_field, new_id, qname, read_exactly, read_to_eof, workq_wire
 
 
 @pytest.fixture
@@ -133,15 +133,6 @@ def test_a_job_handed_to_a_client_that_closed_for_good_comes_back(server, protoc
     w.close()
 
 
-def _read_exactly(sock: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        assert chunk, "closed early"
-        data += chunk
-    return data
-
-
 def _read_line(sock: socket.socket) -> bytes:
     """One line, read without reading past it (peek, then take)."""
     line = b""
@@ -149,7 +140,7 @@ def _read_line(sock: socket.socket) -> bytes:
         ahead = sock.recv(1 << 20, socket.MSG_PEEK)
         assert ahead, "closed early"
         end = ahead.find(b"\n")
-        line += _read_exactly(sock, end + 1 if end >= 0 else len(ahead))
+        line += read_exactly(sock, end + 1 if end >= 0 else len(ahead))
     return line
 
 
@@ -163,17 +154,17 @@ def test_a_take_read_whole_then_reset_is_not_delivered_again(server, protocol):
     producer.settimeout(10)
     if protocol == "queued":
         producer.sendall(f"USE {q}\n".encode())
-        assert _read_exactly(producer, 3) == b"OK\n"
+        assert read_exactly(producer, 3) == b"OK\n"
     for i in range(40):
         payload = b"item-%d" % i
         if protocol == "queued":
             producer.sendall(b"ENQUE " + b64(payload) + b"\n")
-            assert _read_exactly(producer, 3) == b"OK\n"
+            assert read_exactly(producer, 3) == b"OK\n"
             first, first_answer = f"USE {q}\n".encode(), b"OK\n"
             take, answer = b"DEQUE\n", b"ITEM " + b64(payload) + b"\n"
         else:
             producer.sendall(t_enqueue(q, 0, payload))
-            assert _read_exactly(producer, len(ENQUEUED)) == ENQUEUED
+            assert read_exactly(producer, len(ENQUEUED)) == ENQUEUED
             first, first_answer = t_count(q), t_size(1)
             take, answer = t_dequeue(q), t_record(0, payload)
         consumer = server.connect(protocol)
@@ -181,9 +172,9 @@ def test_a_take_read_whole_then_reset_is_not_delivered_again(server, protocol):
         # One exchange first: the client's kernel then delays its ACKs (a
         # new connection's first answers are acknowledged at once).
         consumer.sendall(first)
-        assert _read_exactly(consumer, len(first_answer)) == first_answer
+        assert read_exactly(consumer, len(first_answer)) == first_answer
         consumer.sendall(take)
-        assert _read_exactly(consumer, len(answer)) == answer
+        assert read_exactly(consumer, len(answer)) == answer
         if i % 2:
             time.sleep(0.01)
         consumer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -192,10 +183,10 @@ def test_a_take_read_whole_then_reset_is_not_delivered_again(server, protocol):
         # the job was delivered once: the queue stays empty
         if protocol == "queued":
             producer.sendall(b"SIZE\n")
-            assert _read_exactly(producer, 7) == b"SIZE 0\n", i
+            assert read_exactly(producer, 7) == b"SIZE 0\n", i
         else:
             producer.sendall(t_count(q))
-            assert _read_exactly(producer, len(t_size(0))) == t_size(0), i
+            assert read_exactly(producer, len(t_size(0))) == t_size(0), i
     producer.close()
 
 
@@ -212,15 +203,15 @@ def test_takes_whose_answers_were_not_written_whole_come_back(server, protocol):
     w.settimeout(10)
     if protocol == "queued":
         w.sendall(f"USE {q}\n".encode())
-        assert _read_exactly(w, 3) == b"OK\n"
+        assert read_exactly(w, 3) == b"OK\n"
     for i in range(count):
         payload = b"%04d" % i + b"j" * big
         if protocol == "queued":
             w.sendall(b"ENQUE " + b64(payload) + b"\n")
-            assert _read_exactly(w, 3) == b"OK\n"
+            assert read_exactly(w, 3) == b"OK\n"
         else:
             w.sendall(t_enqueue(q, 0, payload))
-            assert _read_exactly(w, len(ENQUEUED)) == ENQUEUED
+            assert read_exactly(w, len(ENQUEUED)) == ENQUEUED
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect((server.host, server.port(protocol)))
@@ -230,7 +221,7 @@ def test_takes_whose_answers_were_not_written_whole_come_back(server, protocol):
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()         # a reset: what the kernels held is lost with it
     size = (lambda: w.sendall(b"SIZE\n") or _read_line(w)) if protocol == "queued" else \
-        (lambda: w.sendall(t_count(q)) or _read_exactly(w, len(t_size(0))))
+        (lambda: w.sendall(t_count(q)) or read_exactly(w, len(t_size(0))))
     sizes = [size()]
     while len(sizes) < 3 or len(set(sizes[-3:])) > 1:   # every take given back is back
         time.sleep(0.1)
@@ -246,8 +237,8 @@ def test_takes_whose_answers_were_not_written_whole_come_back(server, protocol):
             left.append(base64.b64decode(line[5:-1])[:4])
         else:
             w.sendall(t_dequeue(q))
-            head = _read_exactly(w, 5)
-            body = _read_exactly(w, struct.unpack(">i", head[1:])[0])
+            head = read_exactly(w, 5)
+            body = read_exactly(w, struct.unpack(">i", head[1:])[0])
             if body[:2] != b"d\x01":   # a record (an empty queue answers d, 0)
                 break
             left.append(body[14:18])   # d, 1, key (8), length (4), then the data

@@ -152,6 +152,16 @@ def read_to_eof(sock: socket.socket) -> bytes:
         got += chunk
 
 
+def read_exactly(sock: socket.socket, size: int) -> bytes:
+    """``size`` bytes of what the server sends (it closing first fails the test)."""
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        assert chunk, "server closed the connection"
+        data += chunk
+    return data
+
+
 def racing_adds(id: str, first: "Tuple[Wire, str]", second: "Tuple[Wire, str]") -> Dict[str, bytes]:
     """``add id`` sent at the same instant over two connections, each to its
     queue (``(wire, queue)``): each queue's reply."""
