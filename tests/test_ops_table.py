@@ -438,3 +438,10 @@ def test_a_job_handed_to_a_client_that_left_comes_back(protocol, data):
     assert undo is not None and undo[0] == ops.OPS[command.op].undo
     engine.execute(undo[0], undo[1], T0 + 2000)
     assert [job.id for job in engine.queues[QUEUE].ready] == [JOB]
+
+
+def test_the_metrics_count_every_kind_of_counting_the_table_declares():
+    """Each event kind's declared counting has its counter in the shard's
+    statistics (a job's cycle is counted in ``observe`` itself)."""
+    from queueserver.shard.stats import COUNTING
+    assert set(ops.COUNTS.values()) == set(COUNTING) | {ops.LEASES, ops.COMPLETES, ops.ADDS}

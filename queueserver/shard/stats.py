@@ -70,7 +70,7 @@ import heapq
 import os
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Dict, Final, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Final, List, Optional, Sequence, Set, Tuple
 
 from ..engine import job as J
 from ..engine.engine import Engine
@@ -203,32 +203,17 @@ class ShardStats(EventObserver):
         """Carry out ``event`` with its ``handler`` and count what it did to
         its job, as its kind declares (:data:`queueserver.engine.ops.COUNTS`)."""
         counts = COUNTS.get(event[0], UNCOUNTED)
+        # A job's cycle first, called directly; the rest through COUNTING.
         if counts == LEASES:
             self._leases(engine, event[1], event[2], handler)
         elif counts == COMPLETES:
             self._completes(engine, event, handler)
         elif counts == ADDS:
             self._adds(engine, event, handler)
-        elif counts == FAILS or counts == RUNS_OUT:
-            self._finishes(engine, event, handler, counts == FAILS)
-        elif counts == REMOVES:
-            self._removes(engine, event, handler)
-        elif counts == TAKES:
-            self._takes(engine, event, handler)
-        elif counts == REQUEUES:
-            self._requeues(engine, event, handler)
-        elif counts == EXHAUSTS:
-            self._exhausts(engine, event, handler)
-        elif counts == EXPIRES:
-            self._expires(engine, event, handler)
-        elif counts == UNLEASES:
-            self._unleases(engine, event, handler)
-        elif counts == RESTORES:
-            self._restores(engine, event, handler)
-        elif counts == ARRIVES:
-            self._arrives(engine, event, handler)
-        else:
+        elif counts == UNCOUNTED:
             handler(engine, *event[1:])
+        else:
+            COUNTING[counts](self, engine, event, handler)
 
     def _row_of(self, name: str) -> List[int]:
         row = self.rows.get(name)
@@ -241,13 +226,15 @@ class ShardStats(EventObserver):
         if counter is not None:
             row[counter] += 1
 
-    def _waited(self, job: Job, id: str, now: int) -> None:
-        """A job leased (or taken) at ``now``: how long it waited in line."""
+    def _ready_since(self, job: Job, id: str) -> int:
+        """When ``job`` became ready (µs; see the module's docstring)."""
         ready_since = self.ready_since
         since = ready_since.get(id) if ready_since else None
-        if since is None:
-            since = ready_at(job.key)
-        wait = now - since
+        return ready_at(job.key) if since is None else since
+
+    def _waited(self, job: Job, id: str, now: int) -> None:
+        """A job leased (or taken) at ``now``: how long it waited in line."""
+        wait = now - self._ready_since(job, id)
         self.wait.observe(wait if wait > 0 else 0)
 
     def _lease_ended(self, id: str, row: List[int], now: Optional[int]) -> bool:
@@ -273,41 +260,38 @@ class ShardStats(EventObserver):
         row[ADDED] += 1
         handler(engine, *event[1:])
 
-    def _leases(self, engine: Engine, id: str, now: int, handler: Handler) -> None:   # the hot path: inlined
+    def _leases(self, engine: Engine, id: str, now: int, handler: Handler) -> None:
         job = engine.jobs[id]
         row = self.rows.get(job.name) or self._new_row(job.name)
         row[LEASED] += 1
         row[LEASED_NOW] += 1
-        ready_since = self.ready_since
-        since = ready_since.get(id) if ready_since else None
-        if since is None:
-            since = ready_at(job.key)
-        wait = now - since
-        self.wait.observe(wait if wait > 0 else 0)
+        self._waited(job, id, now)
         self.leased[id] = now
         handler(engine, id, now)
 
-    def _completes(self, engine: Engine, event: Sequence[Any], handler: Handler) -> None:   # the hot path: inlined
+    def _completes(self, engine: Engine, event: Sequence[Any], handler: Handler) -> None:
         id: str = event[1]
         now: int = event[3]
         job = engine.jobs[id]
         row = self.rows.get(job.name) or self._new_row(job.name)
-        start = self.leased.pop(id, None)
-        if start is not None:
-            row[LEASED_NOW] -= 1
-            if start >= 0:
-                took = now - start
-                self.lease.observe(took if took > 0 else 0)
+        self._lease_ended(id, row, now)
         if self.ready_since:
             self.ready_since.pop(id, None)
         handler(engine, id, event[2], now)
         self._count_outcome(row, event[0], job.state)
 
+    def _fails(self, engine: Engine, event: Sequence[Any], handler: Handler) -> None:
+        """A fail ends a lease, timed."""
+        self._finishes(engine, event, handler, True)
+
+    def _runs_out(self, engine: Engine, event: Sequence[Any], handler: Handler) -> None:
+        """A lease that ran out is not timed."""
+        self._finishes(engine, event, handler, False)
+
     def _finishes(self, engine: Engine, event: Sequence[Any], handler: Handler, timed: bool) -> None:
         """fail and ttr: the job may go back in line (so it is ready from now
         on, unless leased again at once) or fail for good (counted unless an
-        ``exhaust`` it set off counted it already). A fail ends a lease
-        timed; a lease that ran out is not timed."""
+        ``exhaust`` it set off counted it already)."""
         id: str = event[1]
         now: int = event[-1]   # (ttr: now; fail: result, now)
         job = engine.jobs[id]
@@ -336,19 +320,6 @@ class ShardStats(EventObserver):
         handler(engine, *event[1:])
         self._count_outcome(self._row_of(job.name), event[0], job.state)
 
-    def _expires(self, engine: Engine, event: Sequence[Any], handler: Handler) -> None:
-        id: str = event[1]
-        job = engine.jobs.get(id)
-        row: Optional[List[int]] = None
-        if job is not None:
-            row = self._row_of(job.name)
-            self._lease_ended(id, row, None)
-            if self.ready_since:
-                self.ready_since.pop(id, None)
-        handler(engine, *event[1:])
-        if job is not None and row is not None:
-            self._count_outcome(row, event[0], job.state)
-
     def _removes(self, engine: Engine, event: Sequence[Any], handler: Handler) -> None:
         """delete, export: the job goes; its lease (if any) with it."""
         id: str = event[1]
@@ -360,19 +331,32 @@ class ShardStats(EventObserver):
             self.ready_since.pop(id, None)
         handler(engine, *event[1:])
 
+    def _expires(self, engine: Engine, event: Sequence[Any], handler: Handler) -> None:
+        self._leaves_with_outcome(engine, event, handler, False)
+
     def _takes(self, engine: Engine, event: Sequence[Any], handler: Handler) -> None:
+        self._leaves_with_outcome(engine, event, handler, True)
+
+    def _leaves_with_outcome(self, engine: Engine, event: Sequence[Any], handler: Handler,
+                             taken: bool) -> None:
+        """ttl and take: the job goes, and this is its outcome (unless it had
+        finished). A take is a lease, and its outcome at once; an expired
+        job's lease, if any, ends with it (not timed)."""
         id: str = event[1]
         job = engine.jobs.get(id)
-        row: Optional[List[int]] = None
-        if job is not None:
-            row = self._row_of(job.name)
-            row[LEASED] += 1   # a take is a lease, and its outcome at once
+        if job is None:
+            handler(engine, *event[1:])
+            return
+        row = self._row_of(job.name)
+        if taken:
+            row[LEASED] += 1
             self._waited(job, id, engine.now)
-            if self.ready_since:
-                self.ready_since.pop(id, None)
+        else:
+            self._lease_ended(id, row, None)
+        if self.ready_since:
+            self.ready_since.pop(id, None)
         handler(engine, *event[1:])
-        if job is not None and row is not None:
-            self._count_outcome(row, event[0], job.state)
+        self._count_outcome(row, event[0], job.state)
 
     def _restores(self, engine: Engine, event: Sequence[Any], handler: Handler) -> None:
         row = self._row_of(event[3])   # a take that was not delivered: undone
@@ -391,11 +375,7 @@ class ShardStats(EventObserver):
             row[LEASED_NOW] -= 1
             row[LEASED] -= 1
             if start >= 0:
-                ready_since = self.ready_since
-                since = ready_since.get(id) if ready_since else None
-                if since is None:
-                    since = ready_at(job.key)
-                wait = start - since
+                wait = start - self._ready_since(job, id)
                 self.wait.unobserve(wait if wait > 0 else 0)
         handler(engine, *event[1:])
 
@@ -498,6 +478,17 @@ class ShardStats(EventObserver):
             answer["history"] = True
             answer.update(history.stats())
         return answer
+
+
+#: What :meth:`ShardStats.observe` counts for each declared kind of counting
+#: (:data:`queueserver.engine.ops.COUNTS`) beside a job's cycle (module-level:
+#: no dict of methods in a class body that mypyc compiles).
+COUNTING: Final[Dict[int, Callable[[ShardStats, Engine, Sequence[Any], Handler], None]]] = {
+    FAILS: ShardStats._fails, RUNS_OUT: ShardStats._runs_out, EXHAUSTS: ShardStats._exhausts,
+    EXPIRES: ShardStats._expires, REMOVES: ShardStats._removes, TAKES: ShardStats._takes,
+    RESTORES: ShardStats._restores, UNLEASES: ShardStats._unleases, REQUEUES: ShardStats._requeues,
+    ARRIVES: ShardStats._arrives,
+}
 
 
 def _owned(engine: Optional[Engine]) -> int:
