@@ -17,7 +17,6 @@ from __future__ import annotations
 import ast
 import base64
 import copy
-import inspect
 import pathlib
 import re
 import struct
@@ -102,6 +101,10 @@ SAMPLES: Dict[str, List[bytes]] = {
 
 
 # ----------------------------------------------------- what codecs can make
+#: the package's sources (read as text: the modules may be compiled)
+PACKAGE = pathlib.Path(queueserver.__file__).parent
+
+
 def _constants(node: ast.AST) -> Set[str]:
     return {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
 
@@ -110,9 +113,8 @@ def codec_ops(protocol: str) -> Set[str]:
     """Every operation the codec's source can put in a :class:`Command`:
     a literal op; an op held in a name, with every string assigned to that
     name or passed for a parameter of that name; ``add`` for ``new_job``."""
-    module = inspect.getmodule(codec_class(protocol))
-    assert module is not None
-    tree = ast.parse(inspect.getsource(module))
+    source = PACKAGE.parent / (PROTOCOLS[protocol][0].replace(".", "/") + ".py")   # (compiled or not)
+    tree = ast.parse(source.read_text())
     made: Set[str] = set()
 
     def values_of(name: str) -> Set[str]:
@@ -149,7 +151,6 @@ def codec_ops(protocol: str) -> Set[str]:
     return made
 
 
-PACKAGE = pathlib.Path(queueserver.__file__).parent
 _OP_NAME = re.compile(r"[a-z][a-z_]*\Z")
 
 
@@ -184,7 +185,8 @@ def server_sent_ops() -> Dict[str, Set[str]]:
             if not isinstance(node, ast.Call):
                 continue
             func = node.func
-            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            name = (func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute)
+                    else "")
             for at in positions.get(name, ()):
                 arg = node.args[at] if len(node.args) > at else None
                 if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and _OP_NAME.match(arg.value):

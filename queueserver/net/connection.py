@@ -210,8 +210,9 @@ class ClientConnection(Generic[Pending, Owned]):
     router's :class:`~queueserver.router.Router` and the shard's
     :class:`~queueserver.shard.direct.DirectServer`)."""
 
-    def __init__(self, server: Server[Pending, Owned], sock: socket.socket, codec: StreamCodec, protocol: str = "",
-                 peer: object = None, limits: Optional[Dict[str, int]] = None, origin: int = 0) -> None:
+    def __init__(self, server: Server[Pending, Owned], sock: socket.socket, codec: StreamCodec,
+                 protocol: str = "", peer: object = None, limits: Optional[Dict[str, int]] = None,
+                 origin: int = 0) -> None:
         self.server = server
         self.sock = sock
         self.codec = codec
