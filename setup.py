@@ -25,6 +25,7 @@ COMPILED = [
     "queueserver/engine/effects.py", "queueserver/engine/engine.py", "queueserver/engine/job.py",
     "queueserver/engine/jobqueue.py", "queueserver/engine/ownership.py", "queueserver/engine/status.py",
     "queueserver/engine/timers.py", "queueserver/engine/views.py", "queueserver/engine/requests.py",
+    "queueserver/engine/ops.py", "queueserver/engine/observer.py",
     "queueserver/protocols/base.py", "queueserver/protocols/lines.py", "queueserver/protocols/ordering.py",
     "queueserver/protocols/workq.py", "queueserver/protocols/takeanumber.py",
     "queueserver/protocols/goqueue.py", "queueserver/protocols/queued.py", "queueserver/protocols/taskflux.py",

@@ -65,6 +65,7 @@ from .effects import Effects, Event, JobEvent, Token
 from .job import Job
 from .views import as_lease, inspect_view, lease_view, result_view
 from .jobqueue import JobQueue, digest
+from .observer import EventObserver
 from .status import (
     CLIENT_ERROR, NOT_FOUND, OK, TIMEOUT, EngineError, Reply, client_error, not_found, server_error,
 )
@@ -144,8 +145,8 @@ class Engine:
         #: numbers of its own residue class, as in a cluster); the shell
         #: gives a fresh block before a request that needs one
         self.block: Optional[List[int]] = None
-        #: this engine's event handlers (:data:`EVENTS`, which a shard's statistics may wrap)
-        self.handlers: Dict[str, Callable[..., None]] = dict(EVENTS)
+        #: who sees each event as it is carried out (a shard's metrics; None: nobody)
+        self.observer: Optional[EventObserver] = None
         #: in a cluster: the slots this shard serves and gives away (None: one host)
         self.slots: Optional[SlotOwnership] = None
 
@@ -656,8 +657,13 @@ class Engine:
         """
         fx = self._fx
         fx.events.append(event)
+        handler = EVENTS[event[0]]
+        observer = self.observer
         if fx.history is None:
-            self.handlers[event[0]](self, *event[1:])
+            if observer is None:
+                handler(self, *event[1:])
+            else:
+                observer.observe(self, event, handler)
             return
         # The entry's place is taken first, so that events this one sets off
         # (an add handed to a parked lessee) come after it; its values are
@@ -666,7 +672,10 @@ class Engine:
         at = len(history)
         key = event[1] if len(event) > 1 and type(event[1]) is str else None   # a job's id
         job = self.jobs.get(key) if key is not None else None
-        self.handlers[event[0]](self, *event[1:])
+        if observer is None:
+            handler(self, *event[1:])
+        else:
+            observer.observe(self, event, handler)
         if job is None and key is not None:
             job = self.jobs.get(key)
         if job is None:
@@ -676,8 +685,8 @@ class Engine:
 
     def replay(self, events: Iterable[Event]) -> None:
         """Rebuild state from recorded events: no waiters exist, so nothing
-        is offered, and nothing is recorded again."""
-        handlers = self.handlers
+        is offered, nothing is recorded again, and no observer sees them."""
+        handlers = EVENTS
         for event in events:
             handlers[event[0]](self, *event[1:])
         self._fx = Effects()
@@ -1037,7 +1046,8 @@ class Engine:
 
 
 #: The requests :meth:`Engine.execute` serves, by name: ``handler(engine,
-#: now, token, *args)`` -> its reply, or None when it waits. Module-level
+#: now, token, *args)`` -> its reply, or None when it waits (the traits of
+#: each are declared in :data:`.ops.OPS`). Module-level
 #: tables, not class attributes: what mypyc compiles keeps no dicts of
 #: methods in a class body.
 REQUESTS: Final[Dict[str, Callable[..., Optional[Reply]]]] = {
@@ -1055,8 +1065,8 @@ REQUESTS: Final[Dict[str, Callable[..., Optional[Reply]]]] = {
 }
 
 #: The state changes :meth:`Engine.apply` carries out, by event name:
-#: ``handler(engine, *event[1:])``. Each engine starts with a copy
-#: (:attr:`Engine.handlers`) that a shard's statistics may wrap.
+#: ``handler(engine, *event[1:])`` (what each means for its job is declared
+#: in :data:`.ops.EVENT_KINDS`; an :class:`.observer.EventObserver` may look on).
 EVENTS: Final[Dict[str, Callable[..., None]]] = {
     "add": Engine._ev_add, "restore": Engine._ev_restore, T_WAKE: Engine._ev_wake,
     "lease": Engine._ev_lease, "unlease": Engine._ev_unlease, T_TTR: Engine._ev_ttr,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 from .job import Job
+from .ops import UNDOES
 from .status import Reply
 
 
@@ -78,11 +79,15 @@ def inspect_view(job: Job) -> JobView:
 
 def undo_delivery(op: str, reply: Reply) -> Optional[Tuple[str, List[Any], LeaseView]]:
     """The engine request that gives back a job ``reply`` delivered to a
-    client that had left (``unlease`` a lease, ``restore`` a take), with the
-    job's view; None when the answer delivered no job."""
-    if reply[0] != 0 or (op != "lease" and op != "take"):
+    client that had left (the table of operations names it: ``unlease`` a
+    lease, ``restore`` a take), its arguments, and the job's view; None when
+    the answer delivered no job."""
+    if reply[0] != 0:
+        return None
+    undo = UNDOES.get(op)
+    if undo is None:
         return None
     view = as_lease(reply[1])
-    if op == "lease":
-        return "unlease", [view.id, view.attempts], view
-    return "restore", [view], view
+    if undo == "unlease":   # the lease it undoes, exactly: by its attempt
+        return undo, [view.id, view.attempts], view
+    return undo, [view], view   # ("restore": the job again, at its place)

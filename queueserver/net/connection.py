@@ -63,6 +63,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Deque, Dict, Final, Generic, O
 
 import gevent
 
+from ..engine.ops import BUDGETS, DELIVERED_WHEN_WRITTEN, DELIVERIES, LISTING, PAYLOAD, QUEUE_LISTING
 from ..engine.status import OK, SERVER_ERROR, Reply
 from ..protocols.base import LOCAL, Command, StreamCodec
 from .channel import RECV_SIZE, BatchWriter, os_socket
@@ -90,23 +91,15 @@ MAY_MOVE: Final = 1     # better served elsewhere: move if nothing is in flight,
 MUST_MOVE: Final = 2    # cannot be served here: hold it until the connection can move
 
 _READ: Final = 1
-#: Requests whose answer may carry a job's payload or result.
-_PAYLOAD_ANSWERS: Final = frozenset(("lease", "take", "result", "run", "inspect_job"))
-#: Requests whose answer hands a job over with no acknowledgement to come.
-_DELIVERIES: Final = frozenset(("lease", "take"))
-#: Of those, the ones delivered once written (destructive: nothing to run out).
-_WRITTEN_IS_DELIVERED: Final = "take"
-#: Requests answered with up to ``limit`` (their last argument) jobs.
-_LISTING_ANSWERS: Final = frozenset(("inspect_jobs", "inspect_scheduled"))
 
 #: What a server's :meth:`Server.execute` returns for a request that waits:
 #: the connection keeps it, opaque, to hand back to withdraw or cut short.
-P = TypeVar("P")
+Pending = TypeVar("Pending")
 #: The server's record, kept on the connection, of leases that end with it.
-O = TypeVar("O")
+Owned = TypeVar("Owned")
 
 
-class Server(Protocol[P, O]):
+class Server(Protocol[Pending, Owned]):
     """What a connection needs of its server: the router's
     :class:`~queueserver.router.Router` or the shard's
     :class:`~queueserver.shard.direct.DirectServer`."""
@@ -119,17 +112,17 @@ class Server(Protocol[P, O]):
     def hangups(self) -> HangupWatch: ...
 
     def new_connection_id(self) -> int: ...
-    def placement(self, connection: "ClientConnection[P, O]", command: Command) -> int: ...
-    def execute(self, connection: "ClientConnection[P, O]", command: Command,
-                callback: Callable[[Reply], None]) -> Optional[P]: ...
-    def withdraw(self, pending: P) -> None: ...
-    def cut_short(self, pending: P) -> None: ...
+    def placement(self, connection: "ClientConnection[Pending, Owned]", command: Command) -> int: ...
+    def execute(self, connection: "ClientConnection[Pending, Owned]", command: Command,
+                callback: Callable[[Reply], None]) -> Optional[Pending]: ...
+    def withdraw(self, pending: Pending) -> None: ...
+    def cut_short(self, pending: Pending) -> None: ...
     def abandoned(self, command: Command, reply: Reply) -> None: ...
-    def move(self, connection: "ClientConnection[P, O]", command: Command, unread: bytes,
+    def move(self, connection: "ClientConnection[Pending, Owned]", command: Command, unread: bytes,
              state: Dict[str, Any]) -> bool: ...
     def after_requests(self) -> None: ...
-    def connection_closed(self, connection: "ClientConnection[P, O]") -> None: ...
-    def client_left(self, connection: "ClientConnection[P, O]") -> None: ...
+    def connection_closed(self, connection: "ClientConnection[Pending, Owned]") -> None: ...
+    def client_left(self, connection: "ClientConnection[Pending, Owned]") -> None: ...
 
 
 class Timer(Protocol):
@@ -147,41 +140,45 @@ def _timer(seconds: float) -> Timer:
 
 def reply_budget(command: Command, max_payload: int) -> int:
     """Bytes a request may hold while in flight: what it carries in, plus
-    the largest answer it may bring back."""
+    the largest answer it may bring back (the table of operations says
+    which argument it carries and what its answer holds)."""
     op, args = command.op, command.args
-    # A job's cycle first, without the set lookups below.
+    # A job's cycle first, without the table's lookup (tests/test_ops_table.py
+    # checks that these say what the table says).
     if op == "add":
         return SMALL_REPLY + len(args[2])      # the payload
     if op == "lease":
         return SMALL_REPLY + max_payload
     if op == "complete":
         return SMALL_REPLY + len(args[1])      # the result
+    rule = BUDGETS.get(op) if op is not None else None
+    if rule is None:   # no client's request: answered with an error
+        return SMALL_REPLY
+    carries, answer = rule
     budget = SMALL_REPLY
-    if op == "add" or op == "run":
-        budget += len(args[2])          # the payload
-    elif op == "complete" or op == "fail":
-        budget += len(args[1])          # the result
-    if op in _PAYLOAD_ANSWERS:
+    if carries >= 0:
+        budget += len(args[carries])
+    if answer == PAYLOAD:
         budget += max_payload
-    elif op in _LISTING_ANSWERS:
+    elif answer == LISTING:
         budget += args[-1] * (max_payload + SMALL_REPLY)
-    elif op == "inspect_queues":
+    elif answer == QUEUE_LISTING:
         budget += args[-1] * QUEUE_ENTRY
     return budget
 
 
-class Slot(Generic[P, O]):
+class Slot(Generic[Pending, Owned]):
     """A request's place in the answer order; the server answers it through
     :meth:`answer` (a bound method costs less than a closure per request)."""
 
     __slots__ = ("connection", "command", "data", "close", "pending", "budget", "executing", "delivery")
 
-    def __init__(self, connection: "ClientConnection[P, O]", command: Command, budget: int) -> None:
+    def __init__(self, connection: "ClientConnection[Pending, Owned]", command: Command, budget: int) -> None:
         self.connection = connection
         self.command = command
         self.data: Optional[bytes] = None
         self.close = command.close
-        self.pending: Optional[P] = None   # what to withdraw if the client leaves
+        self.pending: Optional[Pending] = None   # what to withdraw if the client leaves
         self.budget = budget       # bytes counted against the connection until answered
         self.executing = True      # an answer given now follows the request's own read
         self.delivery: Optional[Reply] = None   # a job handed over: given back unless acknowledged
@@ -191,7 +188,7 @@ class Slot(Generic[P, O]):
         if connection._gone:
             connection.server.abandoned(command, reply)
             return
-        if reply[0] == OK and command.op in _DELIVERIES:
+        if reply[0] == OK and command.op in DELIVERIES:
             self.delivery = reply
         self.pending = None
         render = command.render
@@ -208,13 +205,14 @@ class Slot(Generic[P, O]):
         connection._flush()
 
 
-class ClientConnection(Generic[P, O]):
+class ClientConnection(Generic[Pending, Owned]):
     """``server`` executes commands and owns the process-wide parts (see the
     router's :class:`~queueserver.router.Router` and the shard's
     :class:`~queueserver.shard.direct.DirectServer`)."""
 
-    def __init__(self, server: Server[P, O], sock: socket.socket, codec: StreamCodec, protocol: str = "",
-                 peer: object = None, limits: Optional[Dict[str, int]] = None, origin: int = 0) -> None:
+    def __init__(self, server: Server[Pending, Owned], sock: socket.socket, codec: StreamCodec,
+                 protocol: str = "", peer: object = None, limits: Optional[Dict[str, int]] = None,
+                 origin: int = 0) -> None:
         self.server = server
         self.sock = sock
         self.codec = codec
@@ -222,8 +220,8 @@ class ClientConnection(Generic[P, O]):
         self.id = server.new_connection_id()
         self.origin = origin or self.id   # its id at the router that accepted it
         self.moves = 0                    # times it was moved between processes
-        self.owned: Optional[O] = None    # the server's record of leases ending with it
-        self.slots: Deque[Slot[P, O]] = deque()
+        self.owned: Optional[Owned] = None    # the server's record of leases ending with it
+        self.slots: Deque[Slot[Pending, Owned]] = deque()
         self.held: Deque[Command] = deque()  # decoded requests waiting for room (or for a move)
         self.closed = False        # no more requests are taken from this client
         self._gone = False
@@ -425,7 +423,7 @@ class ClientConnection(Generic[P, O]):
         deliveries, self._deliveries = self._deliveries, deque()
         sent = self._sent()
         for end, command, reply in deliveries:
-            if end > sent or command.op != _WRITTEN_IS_DELIVERED:
+            if end > sent or command.op not in DELIVERED_WHEN_WRITTEN:
                 self.server.abandoned(command, reply)
 
     def _reset(self) -> bool:
@@ -461,7 +459,7 @@ class ClientConnection(Generic[P, O]):
         deliveries = self._deliveries
         while deliveries:
             end, command, _ = deliveries[0]
-            if end > acked and (end > sent or command.op != _WRITTEN_IS_DELIVERED):
+            if end > acked and (end > sent or command.op not in DELIVERED_WHEN_WRITTEN):
                 break
             deliveries.popleft()
 
@@ -476,7 +474,7 @@ class ClientConnection(Generic[P, O]):
     def _dispatch(self, command: Command) -> bool:
         """Execute one command; True when the connection no longer serves
         requests here (closed, or moved to another process)."""
-        slot: Slot[P, O]
+        slot: Slot[Pending, Owned]
         if command.route == LOCAL:
             slot = Slot(self, command, 0)
             slot.data = command.reply

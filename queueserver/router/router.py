@@ -39,6 +39,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, Final, List, Optional, S
 import gevent
 from gevent import socket
 
+from ..engine.ops import HISTORY_NAMES_CLIENT
 from ..engine.requests import AddRequest, RunRequest, with_id
 from ..engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR, Reply
 from ..engine.views import as_lease, undo_delivery
@@ -74,12 +75,6 @@ ACCEPT_BACKOFF: Final = 0.5          # seconds the accept loop rests when no des
 LOG_INTERVAL: Final = 10.0           # at most one warning per interval about refused connections
 CONNECT_TIMEOUT: Final = 10.0        # seconds a router waits for this host's shards before it serves
 _NO_DESCRIPTORS: Final = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM))
-
-
-#: Requests whose client the shards' job history names (the adder, the worker,
-#: whoever finishes a job).
-_HISTORY_OPS: Final = frozenset(("add", "run", "lease", "take", "complete", "fail", "retry", "delete",
-                          "delete_number"))
 
 
 class Located:
@@ -425,7 +420,7 @@ class Router:
         # which protocols use the queue (the console's overview)
         note_command(self.queue_uses, command.route, command.key, connection.protocol)
         op = command.op
-        if op == "lease" or (self.history and op in _HISTORY_OPS):
+        if op == "lease" or (self.history and op in HISTORY_NAMES_CLIENT):
             # the shards learn who leases (and, for the history, who acts): the link
             # sends the connection's description once, then its id with each request
             self._context[0] = self.described.get(connection.origin)

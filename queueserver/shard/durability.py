@@ -30,6 +30,7 @@ import msgpack
 
 from ..engine import Engine
 from ..engine.effects import Effects
+from ..engine.ops import REFUSED_WHILE_LOG_FAILS
 from ..engine.status import SERVER_ERROR, Reply
 from ..store import AppendLog, StoreError, recover
 from ..store.compaction import write_snapshot
@@ -39,14 +40,9 @@ from .replication import Replicator
 
 log: Final = logging.getLogger("queueserver.shard")
 
-#: Client requests that change state. Give-backs the server makes itself
-#: (cancel, disown, unlease, restore) are never refused: they undo.
 #: Seconds between tries of a compaction whose fork failed (no memory, no
 #: process slot): each failure is one log line, not one a loop turn.
 FORK_RETRY_SECONDS: Final = 60
-
-CHANGES: Final = frozenset(("add", "run", "lease", "take", "complete", "fail", "retry", "delete",
-                     "delete_number", "create_queue"))
 
 
 def _no_pause() -> None:
@@ -92,9 +88,11 @@ class Durability:
     # ------------------------------------------------------------- writing
     def refusal(self, op: str) -> Optional[Reply]:
         """While the disk is failing, a request that would change state is
-        refused before it changes anything (it could not be made durable)."""
+        refused before it changes anything (it could not be made durable;
+        the table of operations says which: give-backs the server makes
+        itself are never refused, they undo)."""
         error = self.wal.error
-        if error is None or op not in CHANGES:
+        if error is None or op not in REFUSED_WHILE_LOG_FAILS:
             return None
         return [SERVER_ERROR, f"Log write failed: {getattr(error, 'strerror', None) or error}"]
 

@@ -19,27 +19,20 @@ from __future__ import annotations
 from typing import Final, Optional
 
 from ..engine.job import COMPLETED, FAILED
+from ..engine.ops import HISTORY_STEPS
 
-#: engine event -> history event, where the event alone says it
-_EVENTS: Final = {"add": "added", "restore": "returned", "lease": "leased", "unlease": "returned",
-           "release": "released", "exhaust": "dead", "complete": "completed", "retry": "retried",
-           "delete": "deleted", "take": "taken", "ttl": "expired"}
 #: history events that end a job: its outcome
 FINAL: Final = frozenset(("completed", "failed", "dead", "expired", "deleted", "taken"))
-#: engine events that remove a job, whatever state it is in
-_DROPS: Final = frozenset(("delete", "ttl"))
 
 
 def history_event(kind: str, state: int) -> Optional[str]:
     """The history event of engine event ``kind`` whose job is in ``state``
-    after it; None when it is no step of a job's life (a wake-up, a slot
-    move) or drops a job that had finished already."""
-    if kind in _DROPS:
-        return None if state == COMPLETED or state == FAILED else _EVENTS[kind]
-    if kind == "ttr":
-        return "dead" if state == FAILED else "requeued"
-    if kind == "fail":
-        return "failed" if state == FAILED else "retried"
-    if kind == "complete" and state != COMPLETED:
+    after it (its steps are declared in :data:`queueserver.engine.ops.EVENT_KINDS`);
+    None when it is no step of a job's life (a wake-up, a slot move) or drops
+    a job that had finished already."""
+    steps = HISTORY_STEPS.get(kind)
+    if steps is None:
         return None
-    return _EVENTS.get(kind)
+    if state == FAILED:
+        return steps[2]
+    return steps[1] if state == COMPLETED else steps[0]

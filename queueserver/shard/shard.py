@@ -39,6 +39,7 @@ from gevent.pool import Group
 from ..engine import Engine
 from ..engine.effects import Effects
 from ..engine.job import LEASED as JOB_LEASED
+from ..engine.ops import CLUSTER_OPS, ID_HOME_OPS, MAKES_JOBS
 from ..engine.ownership import OutgoingMove, SlotOwnership
 from ..engine.status import NOT_FOUND, OK, SERVER_ERROR, Reply
 from ..lifecycle import EXIT_DEPOSED, EXIT_REFUSED
@@ -181,7 +182,7 @@ class Shard:
             return [SERVER_ERROR, "Shard is stopping"]
         if token is not None:   # one that came over a socket (the shard's own steps carry none)
             self.requests_run += 1
-        if op in _NUMBERED and self.engine.needs_numbers():
+        if op in MAKES_JOBS and self.engine.needs_numbers():
             refused = self._take_numbers()
             if refused is not None:
                 return refused
@@ -202,7 +203,7 @@ class Shard:
                 holders[reply[1][0]] = client   # (inline: one dict entry is all a lease costs)
                 if len(holders) >= self._sweep_holders_at:
                     self._sweep_holders()
-        if fx.placed and op in _NUMBERED and token is not None:
+        if fx.placed and op in MAKES_JOBS and token is not None:
             reply = self._claim(fx.placed[0], token, reply)
         if fx.history is not None and self.history is not None:   # (the engine's is on only then)
             context = client.context if client is not None else None
@@ -743,11 +744,11 @@ class Shard:
                 self._home_op(channel, req_id, op, args)
                 return
             if cluster is not None:
-                if op in _CLUSTER_OPS:
+                if op in CLUSTER_OPS:
                     self._cluster_op(channel, req_id, op, args)
                     return
                 slots = frame[4] if len(frame) > 4 else None
-                if slots is not None or op not in _HOME_OPS:
+                if slots is not None or op not in ID_HOME_OPS:
                     verdict = cluster.verdict(engine, args, slots)
                     if verdict is not None:
                         if isinstance(verdict, list):
@@ -755,7 +756,7 @@ class Shard:
                         else:
                             cluster.hold(verdict, partial(_send_reply, channel, req_id))
                         return
-            if op in _HOME_OPS:
+            if op in ID_HOME_OPS:
                 self._home_op(channel, req_id, op, args)
                 return
             try:
@@ -971,15 +972,7 @@ class Shard:
 
 #: entries of ``Shard.holders`` below which stale ones are not swept
 HOLDERS_SWEEP: Final = 4096
-#: requests about the ids homed here (:mod:`.idhome`)
-_HOME_OPS: Final = frozenset(("claims", "register", "locate", "homed"))
 HOMED_PAGE: Final = 50000   # ids per page of a "homed" answer
-
-#: requests that make a job, and so a job number
-_NUMBERED: Final = frozenset(("add", "run"))
-
-#: requests of the ``cluster`` command and of routers about slots
-_CLUSTER_OPS: Final = frozenset(("slots", "move_out", "move_in", "move_done"))
 
 
 def _send_reply(channel: FrameChannel, req_id: int, reply: Reply) -> None:

@@ -2,46 +2,49 @@
 lease time histograms, slot moves; and the snapshot its control socket answers.
 
 Where the counting happens: every state change of the engine is one event
-applied through the engine's table of event handlers (``Engine.handlers``,
-see :meth:`Engine.apply`). :meth:`ShardStats.attach` gives the shard's
-engine, and only it, a copy of that table in which the handlers of the
-events counted here are wrapped: each wrapper looks at the job *before*
-the original handler runs (its queue, whether it is leased, whether it has
-finished) and, where needed, after. Counting from ``Shard._take(fx)`` would
-see the events only after the whole step, when a job may be gone already
-(a ``run`` job is deleted in the very step that completes it; a TTL removes
+carried out by :meth:`Engine.apply`, which hands it (with its handler) to
+the engine's observer, :meth:`ShardStats.observe` once :meth:`ShardStats.attach`
+made this the observer of the shard's engine, and only it (see
+:mod:`queueserver.engine.observer`). It looks at the job *before* the
+handler runs (its queue, whether it is leased, whether it has finished)
+and, where needed, after. Counting from ``Shard._take(fx)`` would see the
+events only after the whole step, when a job may be gone already (a
+``run`` job is deleted in the very step that completes it; a TTL removes
 the job its event names) and when later events of the step may have
 changed it again, so neither its queue nor whether *this* event finished it
-could be told. Events nobody counts (``add`` of ``restore``, ``wake``,
-``queue``, snapshot ``job`` events, and any event added later) keep their
-handlers untouched. The table is wrapped only after recovery: replaying the
-log rebuilds state and counts nothing.
+could be told. What an event counts is declared with its kind
+(:data:`queueserver.engine.ops.EVENT_KINDS`, ``counts``); kinds that count
+nothing (``wake``, ``queue``, slot moves) are only carried out. The engine
+is observed only after recovery: replaying the log rebuilds state and
+counts nothing.
 
-What a job's event adds (``row`` is its queue's counter row). Completed,
-failed and expired are counted where :func:`.outcomes.history_event`, the
-job history's own rule, reads that outcome in the event (completed and
-taken: completed; failed and dead: failed; expired: expired), so that
-``/metrics`` and the history never disagree; takeanumber's DONE and
-goqueue's DELETE of a reserved job reach here as ``complete`` (then a
-``delete``), a RETRY with no retries left as ``fail`` (then a ``delete``)::
+What a job's event adds, by what its kind declares (``row`` is its queue's
+counter row; the kinds of each in brackets). Completed, failed and expired
+are counted where :func:`.outcomes.history_event`, the job history's own
+rule, reads that outcome in the event (completed and taken: completed;
+failed and dead: failed; expired: expired), so that ``/metrics`` and the
+history never disagree; takeanumber's DONE and goqueue's DELETE of a
+reserved job reach here as a completion (then a removal), a RETRY with no
+retries left as a failure (then a removal)::
 
-    add              added
-    lease            leased, leased now + 1; the wait since it became ready
-    unlease          the lease undone (never delivered: a lease spread over
-                     several shards gives back all but one): leased - 1,
-                     leased now - 1, its wait taken out of the histogram
-    take             leased and completed (a dequeue that needs no
-                     completion: queued, TaskFlux); its wait
-    restore          (a take not delivered) leased - 1, completed - 1
-    complete         completed; a leased job: leased now - 1 and its lease time
-    fail             a leased job: leased now - 1 and its lease time;
-                     failed when it finished the job
-    ttr              leased now - 1; failed when attempts were used up
-    exhaust          failed (met at lease time with no attempts left)
-    ttl              expired, unless the job had finished; leased now - 1 if leased
-    release, retry, delete, export (a cluster's job leaving for another shard)
-                     leased now - 1 if leased (nothing is counted)
-    job              (a cluster's job moving in) leased now + 1 if it comes leased
+    ADDS (add)          added
+    LEASES (lease)      leased, leased now + 1; the wait since it became ready
+    UNLEASES (unlease)  the lease undone (never delivered: a lease spread over
+                        several shards gives back all but one): leased - 1,
+                        leased now - 1, its wait taken out of the histogram
+    TAKES (take)        leased and completed (a dequeue that needs no
+                        completion: queued, TaskFlux); its wait
+    RESTORES (restore)  (a take not delivered) leased - 1, completed - 1
+    COMPLETES           completed; a leased job: leased now - 1 and its lease time
+    FAILS               a leased job: leased now - 1 and its lease time;
+                        failed when it finished the job
+    RUNS_OUT (ttr)      leased now - 1; failed when attempts were used up
+    EXHAUSTS            failed (met at lease time with no attempts left)
+    EXPIRES (ttl)       expired, unless the job had finished; leased now - 1 if leased
+    REQUEUES (release, retry), REMOVES (delete, export: a cluster's job
+                        leaving for another shard): leased now - 1 if leased
+                        (nothing is counted)
+    ARRIVES (job)       (a cluster's job moving in) leased now + 1 if it comes leased
 
 "Became ready" is the later of the job's creation and schedule, or the
 last time it went back in line (a lease that ran out, a fail, a release,
@@ -67,11 +70,14 @@ import heapq
 import os
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Callable, Dict, Final, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Final, List, Optional, Sequence, Set, Tuple
 
 from ..engine import job as J
-from ..engine.engine import T_TTL as J_TTL, T_TTR as J_TTR, Engine
+from ..engine.engine import Engine
 from ..engine.job import Job
+from ..engine.observer import EventObserver, Handler
+from ..engine.ops import (ADDS, ARRIVES, COMPLETES, COUNTS, EXHAUSTS, EXPIRES, FAILS, LEASES, REMOVES,
+                          REQUEUES, RESTORES, RUNS_OUT, TAKES, UNCOUNTED, UNLEASES)
 from ..engine.jobqueue import JobQueue
 from ..metrics import FSYNC_BUCKETS, LATENCY_BUCKETS, MAX_QUEUE_LABELS, traffic
 from ..metrics.histogram import Histogram, empty_snapshot
@@ -81,9 +87,6 @@ from .outcomes import history_event
 
 if TYPE_CHECKING:
     from .shard import Shard
-
-#: an engine event's handler: ``handler(engine, *the event's fields)``
-Handler = Callable[..., None]
 
 #: Counter row layout: five counters, then the number of the queue's jobs leased now.
 ADDED: Final = 0
@@ -126,7 +129,7 @@ def ready_at(key: int) -> int:
     return sched if sched > created else created
 
 
-class ShardStats:
+class ShardStats(EventObserver):
     """The counters of one shard (see the module's docstring)."""
 
     def __init__(self, index: int = 0, max_removed_rows: int = MAX_REMOVED_ROWS) -> None:
@@ -193,229 +196,207 @@ class ShardStats:
 
     def attach(self, engine: Engine) -> None:
         """Count ``engine``'s events from now on (after its recovery)."""
-        if self.engine is engine:
-            return
         self.engine = engine
-        base: Dict[str, Handler] = dict(engine.handlers)
-        table = dict(base)
-        rows, new_row, move_to_end = self.rows, self._new_row, self.rows.move_to_end
-        leased, ready_since = self.leased, self.ready_since
-        observe_wait, observe_lease = self.wait.observe, self.lease.observe
-        stats = self
-        LEASED_STATE, FAILED_STATE = J.LEASED, J.FAILED
+        engine.observer = self
 
-        def row_of(name: str) -> List[int]:
-            row = rows.get(name)
-            return row if row is not None else new_row(name)
+    def observe(self, engine: Engine, event: Sequence[Any], handler: Handler) -> None:
+        """Carry out ``event`` with its ``handler`` and count what it did to
+        its job, as its kind declares (:data:`queueserver.engine.ops.COUNTS`)."""
+        counts = COUNTS.get(event[0], UNCOUNTED)
+        # A job's cycle first, called directly; the rest through COUNTING.
+        if counts == LEASES:
+            self._leases(engine, event[1], event[2], handler)
+        elif counts == COMPLETES:
+            self._completes(engine, event, handler)
+        elif counts == ADDS:
+            self._adds(engine, event, handler)
+        elif counts == UNCOUNTED:
+            handler(engine, *event[1:])
+        else:
+            COUNTING[counts](self, engine, event, handler)
 
-        def count_outcome(row: List[int], kind: str, state: int) -> None:
-            """Count the outcome (if any) the history's rule reads in event
-            ``kind`` whose job is in ``state`` after it."""
-            counter = OUTCOME_COUNTERS.get(history_event(kind, state))
-            if counter is not None:
-                row[counter] += 1
+    def _row_of(self, name: str) -> List[int]:
+        row = self.rows.get(name)
+        return row if row is not None else self._new_row(name)
 
-        def waited(job: Job, id: str, now: int) -> None:
-            since = ready_since.get(id) if ready_since else None
-            if since is None:
-                since = ready_at(job.key)
-            wait = now - since
-            observe_wait(wait if wait > 0 else 0)
+    def _count_outcome(self, row: List[int], kind: str, state: int) -> None:
+        """Count the outcome (if any) the history's rule reads in event
+        ``kind`` whose job is in ``state`` after it."""
+        counter = OUTCOME_COUNTERS.get(history_event(kind, state))
+        if counter is not None:
+            row[counter] += 1
 
-        def lease_ended(id: str, row: List[int], now: Optional[int]) -> bool:
-            start = leased.pop(id, None)
-            if start is None:
-                return False
-            row[LEASED_NOW] -= 1
-            if now is not None and start >= 0:
-                took = now - start
-                observe_lease(took if took > 0 else 0)
-            return True
+    def _ready_since(self, job: Job, id: str) -> int:
+        """When ``job`` became ready (µs; see the module's docstring)."""
+        ready_since = self.ready_since
+        since = ready_since.get(id) if ready_since else None
+        return ready_at(job.key) if since is None else since
 
-        on_add = base["add"]
+    def _waited(self, job: Job, id: str, now: int) -> None:
+        """A job leased (or taken) at ``now``: how long it waited in line."""
+        wait = now - self._ready_since(job, id)
+        self.wait.observe(wait if wait > 0 else 0)
 
-        def add(engine: Engine, id: str, number: int, name: str, *rest: Any) -> None:
-            row = rows.get(name)
-            if row is None:
-                row = new_row(name)
-            else:
-                move_to_end(name)
-            row[ADDED] += 1
-            on_add(engine, id, number, name, *rest)
+    def _lease_ended(self, id: str, row: List[int], now: Optional[int]) -> bool:
+        """The lease of job ``id`` (if one is known) ended at ``now`` (None:
+        not timed); whether there was one."""
+        start = self.leased.pop(id, None)
+        if start is None:
+            return False
+        row[LEASED_NOW] -= 1
+        if now is not None and start >= 0:
+            took = now - start
+            self.lease.observe(took if took > 0 else 0)
+        return True
 
-        on_lease = base["lease"]
+    def _adds(self, engine: Engine, event: Sequence[Any], handler: Handler) -> None:
+        name: str = event[3]
+        rows = self.rows
+        row = rows.get(name)
+        if row is None:
+            row = self._new_row(name)
+        else:
+            rows.move_to_end(name)
+        row[ADDED] += 1
+        handler(engine, *event[1:])
 
-        def lease(engine: Engine, id: str, now: int) -> None:   # the hot path: inlined
-            job = engine.jobs[id]
-            row = rows.get(job.name) or new_row(job.name)
+    def _leases(self, engine: Engine, id: str, now: int, handler: Handler) -> None:
+        job = engine.jobs[id]
+        row = self.rows.get(job.name) or self._new_row(job.name)
+        row[LEASED] += 1
+        row[LEASED_NOW] += 1
+        self._waited(job, id, now)
+        self.leased[id] = now
+        handler(engine, id, now)
+
+    def _completes(self, engine: Engine, event: Sequence[Any], handler: Handler) -> None:
+        id: str = event[1]
+        now: int = event[3]
+        job = engine.jobs[id]
+        row = self.rows.get(job.name) or self._new_row(job.name)
+        self._lease_ended(id, row, now)
+        if self.ready_since:
+            self.ready_since.pop(id, None)
+        handler(engine, id, event[2], now)
+        self._count_outcome(row, event[0], job.state)
+
+    def _fails(self, engine: Engine, event: Sequence[Any], handler: Handler) -> None:
+        """A fail ends a lease, timed."""
+        self._finishes(engine, event, handler, True)
+
+    def _runs_out(self, engine: Engine, event: Sequence[Any], handler: Handler) -> None:
+        """A lease that ran out is not timed."""
+        self._finishes(engine, event, handler, False)
+
+    def _finishes(self, engine: Engine, event: Sequence[Any], handler: Handler, timed: bool) -> None:
+        """fail and ttr: the job may go back in line (so it is ready from now
+        on, unless leased again at once) or fail for good (counted unless an
+        ``exhaust`` it set off counted it already)."""
+        id: str = event[1]
+        now: int = event[-1]   # (ttr: now; fail: result, now)
+        job = engine.jobs[id]
+        row = self._row_of(job.name)
+        if job.state == J.LEASED:
+            self._lease_ended(id, row, now if timed else None)
+            self.ready_since[id] = now
+        exhausted: Set[str] = set()
+        self._exhausted = exhausted
+        try:
+            handler(engine, *event[1:])
+        finally:
+            self._exhausted = None
+        if job.state == J.FAILED and self.ready_since:
+            self.ready_since.pop(id, None)
+        if id not in exhausted:
+            self._count_outcome(row, event[0], job.state)
+
+    def _exhausts(self, engine: Engine, event: Sequence[Any], handler: Handler) -> None:
+        id: str = event[1]
+        job = engine.jobs[id]
+        if self.ready_since:
+            self.ready_since.pop(id, None)
+        if self._exhausted is not None:
+            self._exhausted.add(id)
+        handler(engine, *event[1:])
+        self._count_outcome(self._row_of(job.name), event[0], job.state)
+
+    def _removes(self, engine: Engine, event: Sequence[Any], handler: Handler) -> None:
+        """delete, export: the job goes; its lease (if any) with it."""
+        id: str = event[1]
+        if self.leased:
+            job = engine.jobs.get(id)
+            if job is not None:
+                self._lease_ended(id, self._row_of(job.name), None)
+        if self.ready_since:
+            self.ready_since.pop(id, None)
+        handler(engine, *event[1:])
+
+    def _expires(self, engine: Engine, event: Sequence[Any], handler: Handler) -> None:
+        self._leaves_with_outcome(engine, event, handler, False)
+
+    def _takes(self, engine: Engine, event: Sequence[Any], handler: Handler) -> None:
+        self._leaves_with_outcome(engine, event, handler, True)
+
+    def _leaves_with_outcome(self, engine: Engine, event: Sequence[Any], handler: Handler,
+                             taken: bool) -> None:
+        """ttl and take: the job goes, and this is its outcome (unless it had
+        finished). A take is a lease, and its outcome at once; an expired
+        job's lease, if any, ends with it (not timed)."""
+        id: str = event[1]
+        job = engine.jobs.get(id)
+        if job is None:
+            handler(engine, *event[1:])
+            return
+        row = self._row_of(job.name)
+        if taken:
             row[LEASED] += 1
-            row[LEASED_NOW] += 1
-            since = ready_since.get(id) if ready_since else None
-            if since is None:
-                since = ready_at(job.key)
-            wait = now - since
-            observe_wait(wait if wait > 0 else 0)
-            leased[id] = now
-            on_lease(engine, id, now)
+            self._waited(job, id, engine.now)
+        else:
+            self._lease_ended(id, row, None)
+        if self.ready_since:
+            self.ready_since.pop(id, None)
+        handler(engine, *event[1:])
+        self._count_outcome(row, event[0], job.state)
 
-        on_complete = base["complete"]
+    def _restores(self, engine: Engine, event: Sequence[Any], handler: Handler) -> None:
+        row = self._row_of(event[3])   # a take that was not delivered: undone
+        row[LEASED] -= 1
+        row[COMPLETED] -= 1
+        handler(engine, *event[1:])
 
-        def complete(engine: Engine, id: str, result: bytes, now: int) -> None:   # the hot path: inlined
-            job = engine.jobs[id]
-            row = rows.get(job.name) or new_row(job.name)
-            start = leased.pop(id, None)
-            if start is not None:
-                row[LEASED_NOW] -= 1
-                if start >= 0:
-                    took = now - start
-                    observe_lease(took if took > 0 else 0)
-            if ready_since:
-                ready_since.pop(id, None)
-            on_complete(engine, id, result, now)
-            count_outcome(row, "complete", job.state)
-
-        def finishing(kind: str, ends_lease_at: Callable[[int], Optional[int]]) -> Handler:
-            """ttr and fail: the job may go back in line (so it is ready from
-            now on, unless leased again at once) or fail for good (counted
-            unless an ``exhaust`` it set off counted it already)."""
-            original = base[kind]
-
-            def handler(engine: Engine, id: str, *args: Any) -> None:
-                job = engine.jobs[id]
-                row = row_of(job.name)
-                now: int = args[-1]   # (ttr: now; fail: result, now)
-                if job.state == LEASED_STATE:
-                    lease_ended(id, row, ends_lease_at(now))
-                    ready_since[id] = now
-                exhausted: Set[str] = set()
-                stats._exhausted = exhausted
-                try:
-                    original(engine, id, *args)
-                finally:
-                    stats._exhausted = None
-                if job.state == FAILED_STATE and ready_since:
-                    ready_since.pop(id, None)
-                if id not in exhausted:
-                    count_outcome(row, kind, job.state)
-            return handler
-
-        table["fail"] = finishing("fail", lambda now: now)    # a fail ends a lease: timed
-        table[J_TTR] = finishing(J_TTR, lambda now: None)     # a lease that ran out: not timed
-
-        on_exhaust = base["exhaust"]
-
-        def exhaust(engine: Engine, id: str) -> None:
-            job = engine.jobs[id]
-            if ready_since:
-                ready_since.pop(id, None)
-            if stats._exhausted is not None:
-                stats._exhausted.add(id)
-            on_exhaust(engine, id)
-            count_outcome(row_of(job.name), "exhaust", job.state)
-
-        on_ttl = base[J_TTL]
-
-        def ttl(engine: Engine, id: str, now: int) -> None:
-            job = engine.jobs.get(id)
-            if job is not None:
-                row = row_of(job.name)
-                lease_ended(id, row, None)
-                if ready_since:
-                    ready_since.pop(id, None)
-            on_ttl(engine, id, now)
-            if job is not None:
-                count_outcome(row, J_TTL, job.state)
-
-        def leaving(original: Handler) -> Handler:
-            """delete: the job goes; its lease (if any) with it."""
-            def handler(engine: Engine, id: str, *args: Any) -> None:
-                if leased:
-                    job = engine.jobs.get(id)
-                    if job is not None:
-                        lease_ended(id, row_of(job.name), None)
-                if ready_since:
-                    ready_since.pop(id, None)
-                original(engine, id, *args)
-            return handler
-
-        on_take = base["take"]
-
-        def take(engine: Engine, id: str) -> None:
-            job = engine.jobs.get(id)
-            if job is not None:
-                row = row_of(job.name)
-                row[LEASED] += 1   # a take is a lease, and its outcome at once
-                waited(job, id, engine.now)
-                if ready_since:
-                    ready_since.pop(id, None)
-            on_take(engine, id)
-            if job is not None:
-                count_outcome(row, "take", job.state)
-
-        on_restore = base["restore"]
-
-        def restore(engine: Engine, id: str, number: int, name: str, *rest: Any) -> None:
-            row = row_of(name)   # a take that was not delivered: undone
+    def _unleases(self, engine: Engine, event: Sequence[Any], handler: Handler) -> None:
+        """A lease never delivered (a lease spread over several shards gives
+        back all but one): undone, as if it had not happened."""
+        id: str = event[1]
+        start = self.leased.pop(id, None)
+        job = engine.jobs.get(id)
+        if start is not None and job is not None:
+            row = self._row_of(job.name)
+            row[LEASED_NOW] -= 1
             row[LEASED] -= 1
-            row[COMPLETED] -= 1
-            on_restore(engine, id, number, name, *rest)
+            if start >= 0:
+                wait = start - self._ready_since(job, id)
+                self.wait.unobserve(wait if wait > 0 else 0)
+        handler(engine, *event[1:])
 
-        on_unlease = base["unlease"]
-        unobserve_wait = self.wait.unobserve
-
-        def unlease(engine: Engine, id: str, now: int) -> None:
-            """A lease never delivered (a lease spread over several shards
-            gives back all but one): undone, as if it had not happened."""
-            start = leased.pop(id, None)
+    def _requeues(self, engine: Engine, event: Sequence[Any], handler: Handler) -> None:
+        """release, retry: ready again from now."""
+        id: str = event[1]
+        if self.leased:
             job = engine.jobs.get(id)
-            if start is not None and job is not None:
-                row = row_of(job.name)
-                row[LEASED_NOW] -= 1
-                row[LEASED] -= 1
-                if start >= 0:
-                    since = ready_since.get(id) if ready_since else None
-                    if since is None:
-                        since = ready_at(job.key)
-                    wait = start - since
-                    unobserve_wait(wait if wait > 0 else 0)
-            on_unlease(engine, id, now)
+            if job is not None:
+                self._lease_ended(id, self._row_of(job.name), None)
+        self.ready_since[id] = event[2]
+        handler(engine, *event[1:])
 
-        def back_in_line(original: Handler) -> Handler:
-            """release, retry: ready again from now."""
-            def handler(engine: Engine, id: str, now: int, *args: Any) -> None:
-                if leased:
-                    job = engine.jobs.get(id)
-                    if job is not None:
-                        lease_ended(id, row_of(job.name), None)
-                ready_since[id] = now
-                original(engine, id, now, *args)
-            return handler
-
-        table["add"] = add
-        table["lease"] = lease
-        table["complete"] = complete
-        table["exhaust"] = exhaust
-        table[J_TTL] = ttl
-        table["take"] = take
-        table["restore"] = restore
-        table["unlease"] = unlease
-        table["delete"] = leaving(base["delete"])
-        if "export" in base:   # a cluster's job set aside for another shard: it leaves
-            table["export"] = leaving(base["export"])
-        if "job" in base:      # a cluster's job moved in: maybe leased already
-            on_job = base["job"]
-
-            def job_arrives(engine: Engine, id: str, *rest: Any) -> None:
-                on_job(engine, id, *rest)
-                job = engine.jobs.get(id)
-                if job is not None and job.state == LEASED_STATE and id not in leased:
-                    leased[id] = -1   # since when is not known here: not timed
-                    row_of(job.name)[LEASED_NOW] += 1
-
-            table["job"] = job_arrives
-        for kind in ("release", "retry"):
-            table[kind] = back_in_line(base[kind])
-        engine.handlers = table
+    def _arrives(self, engine: Engine, event: Sequence[Any], handler: Handler) -> None:
+        """A cluster's job moved in: maybe leased already."""
+        id: str = event[1]
+        handler(engine, *event[1:])
+        job = engine.jobs.get(id)
+        if job is not None and job.state == J.LEASED and id not in self.leased:
+            self.leased[id] = -1   # since when is not known here: not timed
+            self._row_of(job.name)[LEASED_NOW] += 1
 
     # ------------------------------------------------------------ snapshot
     def totals(self) -> List[int]:
@@ -497,6 +478,17 @@ class ShardStats:
             answer["history"] = True
             answer.update(history.stats())
         return answer
+
+
+#: What :meth:`ShardStats.observe` counts for each declared kind of counting
+#: (:data:`queueserver.engine.ops.COUNTS`) beside a job's cycle (module-level:
+#: no dict of methods in a class body that mypyc compiles).
+COUNTING: Final[Dict[int, Callable[[ShardStats, Engine, Sequence[Any], Handler], None]]] = {
+    FAILS: ShardStats._fails, RUNS_OUT: ShardStats._runs_out, EXHAUSTS: ShardStats._exhausts,
+    EXPIRES: ShardStats._expires, REMOVES: ShardStats._removes, TAKES: ShardStats._takes,
+    RESTORES: ShardStats._restores, UNLEASES: ShardStats._unleases, REQUEUES: ShardStats._requeues,
+    ARRIVES: ShardStats._arrives,
+}
 
 
 def _owned(engine: Optional[Engine]) -> int:
