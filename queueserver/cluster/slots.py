@@ -8,7 +8,7 @@ short because slots are given out in runs.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, NotRequired, Optional, Sequence, TypedDict
+from typing import Iterable, List, Sequence
 
 import xxhash
 
@@ -24,48 +24,6 @@ _hash = xxhash.xxh64_intdigest
 
 
 Ranges = List[List[int]]
-
-
-class MovingSlots(TypedDict):
-    """A move under way, as a shard tells of it."""
-    epoch: int
-    ranges: Ranges
-    target: int
-    jobs: int               # jobs set aside for it
-
-
-class SlotsSummary(TypedDict):
-    """A shard's account of its slots (``SlotOwnership.summary``, plain data
-    for msgpack): in its hello, and in its answer to ``slots``."""
-    served: List[List[int]]     # [start, end, epoch] runs of slots it serves
-    moving: List[MovingSlots]
-    hints: List[List[int]]      # [slot, owner, epoch] of slots it gave away
-    max_epoch: int
-
-
-class SlotsAnswer(SlotsSummary):
-    """A shard's answer to ``slots``: its summary, its ordinal and its job count
-    (and, a replicated cluster's, each follower's state and lag)."""
-    shard: int
-    jobs: int
-    followers: NotRequired[List[Dict[str, Any]]]
-
-
-class PlannedMove(TypedDict):
-    """One move of a command's plan: ``ranges`` from shard ``giver`` to shard
-    ``target``, as the move of ``epoch`` (fixed when planned, so that every
-    step of it, repeated by whoever resumes it, is the same move)."""
-    giver: int
-    target: int
-    ranges: Ranges
-    epoch: int
-
-
-class MoveOutPart(TypedDict):
-    """A giver's answer to ``move_out``: a part of the jobs set aside."""
-    jobs: List[List[Any]]       # "job" events, as plain lists
-    next: Optional[int]         # where the next part starts; None: this was the last
-    homes: NotRequired[List[List[int]]]   # with the first part: the id-home entries of the slots
 
 
 def slot_of(name: str) -> int:
