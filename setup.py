@@ -36,7 +36,7 @@ COMPILED = [
     "queueserver/router/directory.py", "queueserver/router/jobcache.py", "queueserver/router/clusterrouter.py",
     "queueserver/router/slotmap.py",
     "queueserver/store/writer.py", "queueserver/store/format.py",
-    "queueserver/metrics/traffic.py", "queueserver/metrics/histogram.py", "queueserver/sharding.py",
+    "queueserver/metrics/traffic.py", "queueserver/metrics/histogram.py", "queueserver/placement.py",
     "queueserver/console/uses.py",
 ]
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:   # imported when run: the links need gevent
     from .rebalance import Rebalancer
     from .moves import PlannedMove, SlotsAnswer
 
-SLOTS = 16384         # (slots.py's; kept here so that the command line loads without xxhash)
+SLOTS = 16384         # (placement.py's; kept here so that the command line loads without xxhash)
 
 
 def parse_slots(text: str) -> List[int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, NotRequired, Optional, TypedDict
 
-from .slots import Ranges
+from ..placement import Ranges
 
 
 class MovingSlots(TypedDict):

@@ -32,7 +32,7 @@ from typing import Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 from .admin import AdminError, Cluster
 from .arguments import DEFAULT_BATCH
 from .moves import MoveOutPart, PlannedMove, SlotsAnswer
-from .slots import SLOTS, from_ranges, to_ranges
+from ..placement import SLOTS, from_ranges, to_ranges
 
 log = logging.getLogger("queueserver.cluster")
 

@@ -70,7 +70,7 @@ from .status import (
 )
 from .ownership import SlotOwnership
 from .timers import Timer, Timers
-from ..cluster.slots import from_ranges, slot_of
+from ..placement import from_ranges, slot_of
 
 MS: Final = 1000  # microseconds per millisecond
 MOVE_CHUNK_BYTES: Final = 4 << 20   # payload bytes per part of a slot move (frames stay far below their cap)

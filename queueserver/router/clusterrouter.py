@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Final, List, Optional, Se
 
 import gevent
 
-from ..cluster.clusterfile import ClusterSpec, load_cluster
+from ..cluster.clusterfile import MAX_SHARDS, ClusterSpec, load_cluster
 from ..cluster.moves import SlotsSummary
-from ..cluster.slots import MAX_SHARDS, slot_of
+from ..placement import slot_of
 from ..engine.status import MOVED, NOT_FOUND, SERVER_ERROR, Reply
 from ..net import linkauth
 from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, Command

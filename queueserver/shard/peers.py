@@ -23,12 +23,11 @@ from typing import Any, Callable, Dict, Final, List, Optional, Sequence, Tuple
 
 import gevent
 
-from ..cluster.slots import slot_of
+from ..placement import shard_for, slot_of
 from ..engine.status import CLIENT_ERROR, MOVED, NOT_FOUND, OK, SERVER_ERROR, Reply
 from ..router.primaries import PrimaryPlaces, view_problem
 from ..router.shardlink import Address, Auth, Places, ShardLink, unavailable
 from ..router.slotmap import SlotMap
-from ..sharding import shard_for
 
 log: Final = logging.getLogger("queueserver.shard")
 

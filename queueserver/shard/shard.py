@@ -60,10 +60,9 @@ from ..net.handoff import HandoffChannel, handoff_path, listen_seqpacket
 from .stats import ShardStats
 from ..metrics.control import control_path, serve_control
 from .clustering import ShardInCluster
-from ..cluster.clusterfile import ClusterSpec, ShardSpec, load_cluster
+from ..cluster.clusterfile import MAX_SHARDS, ClusterSpec, ShardSpec, load_cluster
 from ..net import faults, linkauth
-from ..cluster.slots import MAX_SHARDS, from_ranges, slot_of
-from ..sharding import shard_for
+from ..placement import from_ranges, shard_for, slot_of
 from ..numbers import Blocks, NumberFile, NumbersError
 from ..lifecycle import die_with_supervisor, settle_gc, setup_logging, stop_event
 from .. import memwatch

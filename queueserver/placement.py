@@ -1,29 +1,33 @@
-"""Which slot a queue is in, and slot sets written as ranges.
+"""Where a queue lives: the one rule that the engine, routers, shards and
+the cluster share.
 
-A queue name hashes (xxhash, as for shards on one host) to one of
-:data:`SLOTS` slots; slots, not names, are what a cluster gives to shards and
+On one host a queue name hashes (xxhash) to one of the server's shards
+(:func:`shard_for`). In a cluster it hashes to one of :data:`SLOTS` slots
+(:func:`slot_of`); slots, not names, are what a cluster gives to shards and
 moves between them (as Redis Cluster does with its 16,384 slots). Sets of
 slots travel and are logged as sorted ``[start, end)`` ranges, which stay
 short because slots are given out in runs.
+
+Pure arithmetic, below the engine (which checks the slot of every queue it
+serves in a cluster) and imported by everything that routes.
 """
 from __future__ import annotations
 
-from typing import Iterable, List, Sequence
+from typing import Final, Iterable, List, Sequence
 
 import xxhash
 
-# MAX_SHARDS: job numbers are made with this stride in a cluster, so that a
-# number tells which shard made it (as the shard count does on one host) even
-# as shards are added; it also bounds a cluster's shards (the routers' job
-# directory keeps a shard in one byte). Defined with the file's checks.
-from .clusterfile import MAX_SHARDS as MAX_SHARDS  # noqa: F401  (re-exported)
-
-SLOTS = 16384
-_MASK = SLOTS - 1
-_hash = xxhash.xxh64_intdigest
+SLOTS: Final = 16384
+_MASK: Final = SLOTS - 1
+_hash: Final = xxhash.xxh64_intdigest
 
 
 Ranges = List[List[int]]
+
+
+def shard_for(name: str, shards: int) -> int:
+    """The shard (of ``shards``) that owns queue ``name`` on one host."""
+    return _hash(name.encode()) % shards
 
 
 def slot_of(name: str) -> int:
