@@ -35,7 +35,7 @@ from .dirlock import DirectoryBusy, lock_directory
 from .cluster.roles import FOLLOWER, PRIMARY_COPY, PRIMARY_HOME
 from .lifecycle import EXIT_DEPOSED, EXIT_REFUSED, SUPERVISOR_PID, python_command
 from .listening import BindError, bind_failure, bind_listeners, reason
-from .numbers import FILE_NAME as NUMBERS_FILE
+from .jobnumbers import FILE_NAME as NUMBERS_FILE
 
 if TYPE_CHECKING:   # imported when the metrics port is on: it loads prometheus_client
     from .cluster.coordination import Etcd, Membership

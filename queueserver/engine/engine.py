@@ -495,7 +495,7 @@ class Engine:
 
     def _new_number(self) -> int:
         """The next job number: from this shard's block of the server's one
-        counter (:mod:`queueserver.numbers`), or without blocks the next of
+        counter (:mod:`queueserver.jobnumbers`), or without blocks the next of
         its residue class (shard ``i`` of ``n`` makes ``i + 1``, ``i + 1 +
         n``, ...). Either way unique across shards, starting at 1."""
         block = self.block

@@ -20,7 +20,7 @@ directory heard of it, a lookup sent to the twin's shard only.
 
 Job numbers (goqueue's ids) are not kept here: the shards take them in
 blocks, and the block table says which shard made a number
-(:mod:`queueserver.numbers`).
+(:mod:`queueserver.jobnumbers`).
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def _aligned(bucket: bytes, prefix: bytes, i: int) -> int:
 
 class JobDirectory:
     """Where each job id lives. (Job numbers are found by their block:
-    :mod:`queueserver.numbers`.)"""
+    :mod:`queueserver.jobnumbers`.)"""
 
     __slots__ = ("_buckets", "_count")
 

@@ -56,7 +56,7 @@ from .. import memwatch
 from .shardlink import Address, Auth, Context, Places, ShardLink
 from ..console.uses import Uses, note_command, router_answer
 from ..shard.clients import Description, describe, peer_address
-from ..numbers import NumberFile
+from ..jobnumbers import NumberFile
 
 if TYPE_CHECKING:
     from gevent._types import _IoWatcher

@@ -63,7 +63,7 @@ from .clustering import ShardInCluster
 from ..cluster.clusterfile import MAX_SHARDS, ClusterSpec, ShardSpec, load_cluster
 from ..net import faults, linkauth
 from ..placement import from_ranges, shard_for, slot_of
-from ..numbers import Blocks, NumberFile, NumbersError
+from ..jobnumbers import Blocks, NumberFile, NumbersError
 from ..lifecycle import die_with_supervisor, settle_gc, setup_logging, stop_event
 from .. import memwatch
 
