@@ -45,7 +45,7 @@ import loadgen  # noqa: E402
 import peers  # noqa: E402
 from loadgen import CYCLE, PRODUCE, LoadResult, LoadSpec  # noqa: E402
 from queueserver import __version__  # noqa: E402
-from queueserver.serverprocess import ServerProcess  # noqa: E402
+from queueserver.testing.serverprocess import ServerProcess  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
