@@ -184,7 +184,7 @@ def _ago(now: int, then: Optional[int]) -> Optional[float]:
 
 
 def _holder(view: Optional[Dict[str, Any]], now: int) -> Optional[Dict[str, Any]]:
-    """A shard's view of a lease's holder (:meth:`~queueserver.shard.clients.ClientRecord.view`)
+    """A shard's view of a lease's holder (:meth:`~queueserver.links.clients.ClientRecord.view`)
     as the console shows it: times as seconds ago."""
     if not view:
         return None

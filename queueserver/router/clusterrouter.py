@@ -34,10 +34,10 @@ from ..engine.status import MOVED, NOT_FOUND, SERVER_ERROR, Reply
 from ..net import linkauth
 from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, Command
 from .fanout import FirstFound, Gather, SpreadLease
-from .primaries import PrimaryPlaces, view_problem
+from ..links.primaries import PrimaryPlaces, view_problem
 from .router import Located, Pending, Router
-from .shardlink import Address, Auth, Places, ShardLink, where
-from .slotmap import SlotMap
+from ..links.shardlink import Address, Auth, Places, ShardLink, where
+from ..links.slotmap import SlotMap
 
 if TYPE_CHECKING:
     from ..supervisor import ClusterPlace

@@ -48,14 +48,14 @@ from ..net.connection import MAY_MOVE, SERVE, ClientConnection
 from ..net.handoff import Gone, Move
 from ..net.hangups import HangupWatch
 from ..protocols.base import ALL, BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command, StreamCodec
-from .directory import SHARED
+from ..links.directory import SHARED
 from .jobcache import JobCache
 from .fanout import FirstFound, Gather, SpreadLease, ignore
 from ..lifecycle import die_with_supervisor, settle_gc, setup_logging, stop_event
 from .. import memwatch
-from .shardlink import Address, Auth, Context, Places, ShardLink
+from ..links.shardlink import Address, Auth, Context, Places, ShardLink
 from ..console.uses import Uses, note_command, router_answer
-from ..shard.clients import Description, describe, peer_address
+from ..links.clients import Description, describe, peer_address
 from ..jobnumbers import NumberFile
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ class Router:
         #: queue -> the protocols whose clients used it here (the console's overview)
         self.queue_uses: Uses = {}
         #: each connection accepted here and not closed yet, as shards are told of it
-        #: (origin -> :data:`~queueserver.shard.clients.Description`): who holds a lease
+        #: (origin -> :data:`~queueserver.links.clients.Description`): who holds a lease
         self.described: Dict[int, Description] = {}
         self.index = index
         #: how this router is known to shards (and in client ids of the history)

@@ -62,7 +62,7 @@ from ..engine.effects import Effects, Event
 from ..engine.job import Job
 from ..engine.jobqueue import JobQueue
 from ..engine.status import NOT_FOUND, OK, SERVER_ERROR, Reply
-from .clients import ClientRecord
+from ..links.clients import ClientRecord
 from .stats import ADDED, COMPLETED, FAILED, LEASED_NOW
 
 if TYPE_CHECKING:

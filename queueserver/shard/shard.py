@@ -47,14 +47,14 @@ from .durability import Durability
 from .replication import Replicator
 from .idhome import IdHome
 from .hostids import HostIds, key_of
-from ..router.directory import SHARED
-from ..router.primaries import PrimaryPlaces
+from ..links.directory import SHARED
+from ..links.primaries import PrimaryPlaces
 from .peers import DUPLICATE, GRANTED, Peers
-from ..router.shardlink import STOPPING, Address, Places
+from ..links.shardlink import STOPPING, Address, Places
 from .direct import DirectServer, Token
-from ..router.slotmap import SlotMap
+from ..links.slotmap import SlotMap
 from .history import Context, HistoryWriter
-from .clients import VIA_ROUTER, ClientRecord
+from ..links.clients import VIA_ROUTER, ClientRecord
 from ..net.channel import FrameChannel
 from ..net.handoff import HandoffChannel, handoff_path, listen_seqpacket
 from .stats import ShardStats
