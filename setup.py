@@ -37,7 +37,7 @@ COMPILED = [
     "queueserver/links/shardlink.py", "queueserver/links/directory.py", "queueserver/links/slotmap.py",
     "queueserver/store/writer.py", "queueserver/store/format.py",
     "queueserver/metrics/traffic.py", "queueserver/metrics/histogram.py", "queueserver/placement.py",
-    "queueserver/console/uses.py",
+    "queueserver/metrics/uses.py",
 ]
 
 

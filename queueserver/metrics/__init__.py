@@ -1,7 +1,7 @@
 """Per-node metrics: ``/metrics`` (Prometheus text) and ``/status`` (JSON).
 
 The processes that do the work count cheaply as they go, into plain ints
-and bucket arrays (:mod:`.histogram`, :mod:`.traffic`,
+and bucket arrays (:mod:`.histogram`, :mod:`.traffic`, :mod:`.uses`,
 :mod:`queueserver.shard.stats`). Each shard and router answers ``["stats"]``
 on a control socket of its own in the runtime directory (:mod:`.control`).
 The supervisor asks them all at scrape time, adds their answers up

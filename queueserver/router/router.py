@@ -54,7 +54,7 @@ from .fanout import FirstFound, Gather, SpreadLease, ignore
 from ..lifecycle import die_with_supervisor, settle_gc, setup_logging, stop_event
 from .. import memwatch
 from ..links.shardlink import Address, Auth, Context, Places, ShardLink
-from ..console.uses import Uses, note_command, router_answer
+from ..metrics.uses import Uses, note_command, router_answer
 from ..links.clients import Description, describe, peer_address
 from ..jobnumbers import NumberFile
 

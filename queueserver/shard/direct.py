@@ -25,7 +25,7 @@ from ..net.handoff import Gone, HandoffChannel, Move
 from ..net.hangups import HangupWatch
 from ..protocols import codec_class
 from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command, StreamCodec
-from ..console.uses import Uses, note_command
+from ..metrics.uses import Uses, note_command
 from ..links.clients import VIA_DIRECT, ClientRecord, peer_address
 
 if TYPE_CHECKING:
