@@ -42,7 +42,7 @@ if TYPE_CHECKING:   # imported when the metrics port is on: it loads prometheus_
     from .cluster.resumer import Resumer
     from .cluster.roles import FailoverWatch
     from .cluster.watch import ClusterWatch
-    from .metrics.http import NodeMetrics
+    from .console.http import NodeMetrics
 
 log = logging.getLogger("queueserver.supervisor")
 
@@ -577,7 +577,7 @@ class Supervisor:
     def _bind_metrics(self) -> None:
         metrics = self.config.metrics
         if metrics.enabled:   # bound now, served from a thread once the children start
-            from .metrics.http import node_metrics
+            from .console.http import node_metrics
             try:
                 self.metrics = node_metrics(self.config, self.runtime.file)
             except OSError as err:
