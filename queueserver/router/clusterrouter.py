@@ -40,7 +40,7 @@ from ..links.shardlink import Address, Auth, Places, ShardLink, where
 from ..links.slotmap import SlotMap
 
 if TYPE_CHECKING:
-    from ..supervisor import ClusterPlace
+    from .config import ClusterPlace
 
 log: Final = logging.getLogger("queueserver.router")
 
