@@ -63,7 +63,7 @@ TARGET_RECOVERY_S = 10.0           # restart with the recovery jobs queued until
 
 DURABLE_START_TIMEOUT = 600.0      # a start that recovers a large log may take a while
 DURABLE_LABELS = {"beanstalkd": "beanstalkd -b -f 0", "redis": "redis appendfsync always"}
-#: Each durable shard's line at shutdown (queueserver/shard/shard.py).
+#: Each durable shard's line at shutdown (queueserver/shard/process.py).
 SHARD_LOG_LINE = re.compile(
     r"shard (\d+) log: (\d+) records appended, (\d+) fsyncs, (\d+) records fsynced "
     r"\(at most (\d+) in one\), (\d+) write errors, (\d+) compactions, "

@@ -381,7 +381,7 @@ class ShardConsole:
         fx = browse.console_step(shard.engine, events, now)
         kept = [id for id in fx.forgotten if id not in shard.engine.jobs]   # a job made anew stays at its home
         fx.forgotten = kept
-        shard._take(fx)
+        shard.take_effects(fx)
         self._history(fx, now, who, requeued)
         shard.schedule_after_batch()
 

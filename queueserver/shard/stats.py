@@ -7,7 +7,7 @@ see :meth:`Engine.apply`). :meth:`ShardStats.attach` gives the shard's
 engine, and only it, a copy of that table in which the handlers of the
 events counted here are wrapped: each wrapper looks at the job *before*
 the original handler runs (its queue, whether it is leased, whether it has
-finished) and, where needed, after. Counting from ``Shard._take(fx)`` would
+finished) and, where needed, after. Counting from ``Shard.take_effects(fx)`` would
 see the events only after the whole step, when a job may be gone already
 (a ``run`` job is deleted in the very step that completes it; a TTL removes
 the job its event names) and when later events of the step may have
@@ -67,7 +67,7 @@ import heapq
 import os
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Callable, Dict, Final, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Final, List, Optional, Protocol, Set, Tuple
 
 from ..engine import job as J
 from ..engine.engine import T_TTL as J_TTL, T_TTR as J_TTR, Engine
@@ -80,7 +80,32 @@ from ..net.channel import FRAMES_SENT
 from .outcomes import history_event
 
 if TYPE_CHECKING:
-    from .shard import Shard
+    from .durability import Durability
+    from .history import HistoryWriter
+    from .peers import Peers
+
+
+class CountedShard(Protocol):
+    """What :meth:`ShardStats.snapshot` reads of the shard it counts for (a
+    :class:`~.shard.Shard`, which holds its statistics and so is not named here)."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def peers(self) -> Optional[Peers]: ...
+
+    @property
+    def requests_run(self) -> int: ...
+
+    @property
+    def request_turns(self) -> int: ...
+
+    @property
+    def durability(self) -> Optional[Durability]: ...
+
+    @property
+    def history(self) -> Optional[HistoryWriter]: ...
 
 #: an engine event's handler: ``handler(engine, *the event's fields)``
 Handler = Callable[..., None]
@@ -461,7 +486,7 @@ class ShardStats:
                     other[i] += value
         return out, other
 
-    def snapshot(self, shard: Optional["Shard"] = None) -> Dict[str, Any]:
+    def snapshot(self, shard: Optional[CountedShard] = None) -> Dict[str, Any]:
         """The control socket's answer: plain data (msgpack) for the supervisor."""
         engine = self.engine if shard is None else shard.engine
         rows, other = self.queue_rows()
