@@ -5,8 +5,8 @@ A RESP-like text protocol: one command per line (``\\r\\n`` or a bare
 ending in ``\\r\\n``. Commands are case-sensitive. Queues are FIFO; ids are
 server-made UUIDv4 strings.
 
-Where the original server's behaviour is not known, this codec decides
-(and the protocol's page in the docs says so):
+Where the protocol's description says nothing, the codec's choices
+(docs/protocols.md records them):
 
 * Trailing spaces and tabs of a line are stripped before it is parsed (the
   original trimmed its lines), so a body of only spaces or tabs is an empty
