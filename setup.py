@@ -33,12 +33,12 @@ COMPILED = [
     "queueserver/shard/shard.py", "queueserver/shard/direct.py", "queueserver/shard/durability.py",
     "queueserver/shard/stats.py", "queueserver/shard/outcomes.py", "queueserver/shard/idhome.py",
     "queueserver/shard/peers.py", "queueserver/shard/history.py", "queueserver/shard/hostids.py",
-    "queueserver/router/router.py", "queueserver/router/shardlink.py", "queueserver/router/fanout.py",
-    "queueserver/router/directory.py", "queueserver/router/jobcache.py", "queueserver/router/clusterrouter.py",
-    "queueserver/router/slotmap.py",
+    "queueserver/router/router.py", "queueserver/router/fanout.py", "queueserver/router/jobcache.py",
+    "queueserver/router/clusterrouter.py",
+    "queueserver/links/shardlink.py", "queueserver/links/directory.py", "queueserver/links/slotmap.py",
     "queueserver/store/writer.py", "queueserver/store/format.py",
-    "queueserver/metrics/traffic.py", "queueserver/metrics/histogram.py", "queueserver/sharding.py",
-    "queueserver/console/uses.py",
+    "queueserver/metrics/traffic.py", "queueserver/metrics/histogram.py", "queueserver/placement.py",
+    "queueserver/metrics/uses.py",
 ]
 
 

@@ -45,7 +45,7 @@ import loadgen  # noqa: E402
 import peers  # noqa: E402
 from loadgen import CYCLE, PRODUCE, LoadResult, LoadSpec  # noqa: E402
 from queueserver import __version__  # noqa: E402
-from queueserver.serverprocess import ServerProcess  # noqa: E402
+from queueserver.testing.serverprocess import ServerProcess  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -63,7 +63,7 @@ TARGET_RECOVERY_S = 10.0           # restart with the recovery jobs queued until
 
 DURABLE_START_TIMEOUT = 600.0      # a start that recovers a large log may take a while
 DURABLE_LABELS = {"beanstalkd": "beanstalkd -b -f 0", "redis": "redis appendfsync always"}
-#: Each durable shard's line at shutdown (queueserver/shard/shard.py).
+#: Each durable shard's line at shutdown (queueserver/shard/process.py).
 SHARD_LOG_LINE = re.compile(
     r"shard (\d+) log: (\d+) records appended, (\d+) fsyncs, (\d+) records fsynced "
     r"\(at most (\d+) in one\), (\d+) write errors, (\d+) compactions, "

@@ -70,7 +70,7 @@ from serverproc import http_get  # noqa: E402
 from loadgen import CYCLE, LoadResult, LoadSpec  # noqa: E402
 from queueserver import __version__  # noqa: E402
 from queueserver.client import Client  # noqa: E402
-from queueserver.cluster.slots import initial_owners, slot_of  # noqa: E402
+from queueserver.placement import initial_owners, slot_of  # noqa: E402
 
 FSYNC = "never"
 READY_TIMEOUT = 30.0      # every router reaches every shard within this after the nodes start

@@ -34,7 +34,7 @@ from etcd_server import EtcdServer  # noqa: E402
 from serverproc import wait_for  # noqa: E402
 from queueserver.client import Client  # noqa: E402
 from queueserver.client.client import TimedOut, WorkqError  # noqa: E402
-from queueserver.cluster.slots import initial_owners, slot_of  # noqa: E402
+from queueserver.placement import initial_owners, slot_of  # noqa: E402
 
 
 def names_on(ordinal: int, count: int) -> List[str]:

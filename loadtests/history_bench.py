@@ -389,7 +389,7 @@ class Written:
 
 def bench_writer(spark, rows: int, problems: List[str]) -> List[Written]:
     from pyspark.sql import functions as F
-    from queueserver.serverprocess import ServerProcess
+    from queueserver.testing.serverprocess import ServerProcess
     from queueserver.spark import enqueue_dataframe
 
     def frame(n: int):

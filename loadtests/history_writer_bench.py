@@ -74,7 +74,7 @@ def micro(cycles: int) -> Tuple[float, float, float]:
 def server(cycles: int) -> float:
     """Bytes of history per workq cycle through a real durable server."""
     from queueserver.client import Client
-    from queueserver.serverprocess import ServerProcess
+    from queueserver.testing.serverprocess import ServerProcess
     tmp = tempfile.mkdtemp(prefix="qs-hbench-")
     data = os.path.join(tmp, "data")
     # The server runs the same tree: `python -m` looks in its working directory first.

@@ -22,7 +22,7 @@ from typing import Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from queueserver.shard.clients import VIA_DIRECT, ClientRecord  # noqa: E402
+from queueserver.links.clients import VIA_DIRECT, ClientRecord  # noqa: E402
 from queueserver.shard.shard import Shard  # noqa: E402
 
 

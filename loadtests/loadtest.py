@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 
-from queueserver.serverprocess import ServerProcess, ServerStartError
+from queueserver.testing.serverprocess import ServerProcess, ServerStartError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

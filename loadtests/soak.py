@@ -36,7 +36,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from queueserver.serverprocess import ServerProcess  # noqa: E402
+from queueserver.testing.serverprocess import ServerProcess  # noqa: E402
 
 #: each protocol's own queues (a job's semantics are its producer's: a
 #: takeanumber job leased over workq and dropped would stay reserved for ever)

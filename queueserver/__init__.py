@@ -31,7 +31,7 @@ _ROOT = os.path.dirname(_HERE)
 
 def _compiled_builds() -> Dict[str, str]:
     """``{source: compiled build}`` of every module of this package that has one
-    beside it, sources as the record names them (``queueserver/sharding.py``)."""
+    beside it, sources as the record names them (``queueserver/placement.py``)."""
     found = {}
     for folder, _, names in os.walk(_HERE):
         for name in names:

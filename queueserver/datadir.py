@@ -28,7 +28,7 @@ from typing import Optional, TypedDict, cast
 from .dirlock import DirectoryBusy, lock_directory
 from .reshard import finish_interrupted, reshard
 from .store import StoreError
-from .numbers import FILE_NAME as NUMBERS_FILE, NumberFile, NumbersError
+from .jobnumbers import FILE_NAME as NUMBERS_FILE, NumberFile, NumbersError
 from .store import shard_dir
 
 log = logging.getLogger("queueserver.supervisor")
@@ -234,7 +234,7 @@ class DataDir:
                               f"or mend the cause and start again)") from None
 
     def numbers_file(self) -> str:
-        """The file of job number blocks (:mod:`queueserver.numbers`)."""
+        """The file of job number blocks (:mod:`queueserver.jobnumbers`)."""
         return os.path.join(self.path, NUMBERS_FILE)
 
     def shard_dir(self, index: int) -> str:

@@ -36,8 +36,8 @@ from typing import Dict, Iterator, List
 
 from .engine import Engine
 from .engine.effects import Event
-from .numbers import NumberFile
-from .sharding import shard_for
+from .jobnumbers import NumberFile
+from .placement import shard_for
 from .store import recover, shard_dir
 from .store.compaction import install_snapshot, write_snapshot
 from .store.segments import fsync_dir

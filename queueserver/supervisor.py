@@ -24,10 +24,10 @@ import sys
 import tempfile
 import time
 from types import FrameType
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, TypedDict
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from .cluster.clusterfile import ClusterError, ClusterSpec, load_cluster
-from .config import DEFAULT_METRICS_PORT, Config, Value
+from .config import DEFAULT_METRICS_PORT, Config
 from .net import linkauth
 from .protocols import DEFAULT_PORTS
 from .datadir import DataDir, LayoutError
@@ -35,44 +35,20 @@ from .dirlock import DirectoryBusy, lock_directory
 from .cluster.roles import FOLLOWER, PRIMARY_COPY, PRIMARY_HOME
 from .lifecycle import EXIT_DEPOSED, EXIT_REFUSED, SUPERVISOR_PID, python_command
 from .listening import BindError, bind_failure, bind_listeners, reason
-from .numbers import FILE_NAME as NUMBERS_FILE
+from .jobnumbers import FILE_NAME as NUMBERS_FILE
 
-if TYPE_CHECKING:   # imported when the metrics port is on: it loads prometheus_client
+if TYPE_CHECKING:   # imported where used (etcd's client, prometheus_client: only when needed), or types
     from .cluster.coordination import Etcd, Membership
     from .cluster.resumer import Resumer
     from .cluster.roles import FailoverWatch
     from .cluster.watch import ClusterWatch
-    from .metrics.http import NodeMetrics
+    from .console.http import NodeMetrics
+    from .router.config import ClusterPlace, RouterConfig
 
 log = logging.getLogger("queueserver.supervisor")
 
 STOP_GRACE = 5.0
 MAX_BACKOFF = 5.0
-
-
-class ClusterPlace(TypedDict):
-    """Where a router's node is in its cluster: the cluster file and the node's name."""
-    file: str
-    node: str
-
-
-class _RouterConfigBase(TypedDict):
-    sockets: List[str]                        # the shards' sockets, by index
-    listen_fds: Dict[str, int]                # protocol -> listening socket it inherits
-    options: Dict[str, Dict[str, Value]]      # protocol -> codec options
-    limits: Dict[str, int]
-    direct_path: bool
-    history: bool
-    index: int
-    routers: int
-    ready_file: str
-    control: str
-
-
-class RouterConfig(_RouterConfigBase, total=False):
-    """What a router is told, as JSON in its ``--config``: one of ``cluster`` and ``numbers``."""
-    cluster: ClusterPlace
-    numbers: str
 
 
 #: Share of the etcd lease's TTL without a refresh after which a node's
@@ -251,7 +227,7 @@ class Supervisor:
         place: Optional[ClusterPlace] = None
         if self.cluster is not None:
             assert config.node is not None   # _join_cluster refuses a cluster without --node
-            place = ClusterPlace(file=self.cluster.path, node=config.node)
+            place = {"file": self.cluster.path, "node": config.node}
         placement = (["--cluster", place["file"], "--node", place["node"]] if place is not None
                      else ["--numbers", self._numbers_file(), "--host-ids-fd", str(self._host_ids())])
         children = [Child(f"shard-{i}", [*python, "-m", "queueserver.shard", "--index", str(i),
@@ -577,7 +553,7 @@ class Supervisor:
     def _bind_metrics(self) -> None:
         metrics = self.config.metrics
         if metrics.enabled:   # bound now, served from a thread once the children start
-            from .metrics.http import node_metrics
+            from .console.http import node_metrics
             try:
                 self.metrics = node_metrics(self.config, self.runtime.file)
             except OSError as err:

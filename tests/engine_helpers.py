@@ -3,9 +3,8 @@ tests/test_engine_*.py.
 
 The engine has no clock: every call takes ``now`` in integer microseconds and
 timers fire only through ``engine.advance(now)``. These tests drive time with
-an explicit fake clock and never sleep. The expected behaviour follows
-seeds/workq-protocol.md and spec/protocol-decisions.md (workq section, plus
-the takeanumber RETRY rules for ``retry``).
+an explicit fake clock and never sleep. The expected behaviour is workq's
+(docs/protocols.md), with takeanumber's RETRY rules for ``retry``.
 """
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ from gevent.queue import Queue
 from queueserver.net.channel import FrameChannel
 from queueserver.net.handoff import handoff_path
 from queueserver.router.router import Router
-from queueserver.sharding import shard_for
+from queueserver.placement import shard_for
 from queueserver.shard.shard import Shard
 from wire import Wire, new_id
 

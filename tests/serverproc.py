@@ -1,8 +1,8 @@
 """Real servers for integration tests, and the helpers that drive them.
 
-:class:`ServerProcess` is :mod:`queueserver.serverprocess`'s (free ports, a
-private runtime directory, always stopped by the test that started it) with
-the suite's direct-path switch.
+:class:`ServerProcess` is :mod:`queueserver.testing.serverprocess`'s (free
+ports, a private runtime directory, always stopped by the test that started
+it) with the suite's direct-path switch.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from queueserver import serverprocess
+from queueserver.testing import serverprocess
 
 #: The suite runs twice: with the direct path (the default) and, with
 #: QS_DIRECT_PATH=0, with every request forwarded through the router.

@@ -16,7 +16,7 @@ from cluster_nodes import Nodes, write_secret
 from crash_history import History, Load, drain
 from queueserver.client import Client
 from queueserver.client.client import WorkqError
-from queueserver.cluster.slots import SLOTS, initial_owners, slot_of
+from queueserver.placement import SLOTS, initial_owners, slot_of
 from serverproc import one_line_error, run_cli, wait_for
 from test_binary_protocols_server import (FluxWire, GoWire, g_add, g_delete, g_reserve, reserved_fields,
                                           t_dequeue, t_enqueue, t_record)

@@ -7,7 +7,7 @@ import uuid
 
 from cluster_nodes import Nodes
 from queueserver.client import Client
-from queueserver.cluster.slots import slot_of
+from queueserver.placement import slot_of
 from queueserver.history.app import run
 from test_cluster import name_on
 

@@ -9,7 +9,7 @@ import uuid
 from cluster_nodes import Nodes
 from queueserver.client import Client
 from queueserver.client.client import WorkqError
-from queueserver.cluster.slots import initial_owners, slot_of
+from queueserver.placement import initial_owners, slot_of
 from test_cluster import FOUNDERS, name_on
 from wire import Wire, add, inspect_field, racing_adds
 

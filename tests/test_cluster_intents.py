@@ -20,7 +20,7 @@ from queueserver.cluster import slotstore
 from queueserver.cluster.clusterfile import EtcdSpec, load_cluster
 from queueserver.cluster.coordination import Etcd
 from queueserver.cluster.intents import Intents, read
-from queueserver.cluster.slots import SLOTS, slot_of
+from queueserver.placement import SLOTS, slot_of
 from serverproc import one_line_error, wait_for
 
 PREFIX = "/qs-moves"

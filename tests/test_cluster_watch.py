@@ -18,7 +18,7 @@ from queueserver.client.client import WorkqError
 from queueserver.cluster import slotstore
 from queueserver.cluster.clusterfile import load_cluster
 from queueserver.cluster.coordination import Etcd, compare_and_put, read_with_revision
-from queueserver.cluster.slots import slot_of
+from queueserver.placement import slot_of
 from queueserver.metrics.control import ask
 from serverproc import wait_for
 from test_failover import ids_on, in_sync, names_on, replicated

@@ -1,5 +1,5 @@
 """The router's job directory: one small entry per job, exact placement."""
-from queueserver.router.directory import SHARED, JobDirectory
+from queueserver.links.directory import SHARED, JobDirectory
 
 
 def test_place_and_forget():

@@ -20,7 +20,7 @@ import uuid
 
 
 from queueserver.client import Client
-from queueserver.sharding import shard_for
+from queueserver.placement import shard_for
 
 from crash_history import History, Load, drain, random_victim
 from serverproc import ServerProcess, wait_for

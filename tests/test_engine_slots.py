@@ -5,7 +5,7 @@ replays to the same ownership. Fake clock (µs), never a sleep."""
 from __future__ import annotations
 
 from engine_helpers import MS, SEC, T0, Engine, add, complete, job, lease, leased_id, ready_ids, result
-from queueserver.cluster.slots import SLOTS, from_ranges, slot_of, to_ranges
+from queueserver.placement import SLOTS, from_ranges, slot_of, to_ranges
 from queueserver.engine import LEASED
 from queueserver.engine.ownership import MOVING, NOT_OURS, SERVING
 from queueserver.engine.status import CLIENT_ERROR, OK, TIMEOUT

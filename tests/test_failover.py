@@ -20,7 +20,7 @@ from cluster_nodes import Nodes, ensure_loopback_aliases
 from etcd_server import EtcdServer, etcd  # noqa: F401 (the fixture)
 from queueserver.client import Client
 from queueserver.client.client import WorkqError
-from queueserver.cluster.slots import initial_owners, slot_of
+from queueserver.placement import initial_owners, slot_of
 from serverproc import wait_for
 
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ import pytest
 
 from inprocess import cluster_factory, leaks, rundir  # noqa: F401 (fixtures)
 from inprocess import names_by_shard
-from queueserver.numbers import MIN_BLOCK, NumberFile
-from queueserver.sharding import shard_for
+from queueserver.jobnumbers import MIN_BLOCK, NumberFile
+from queueserver.placement import shard_for
 from serverproc import ServerProcess
 from test_binary_protocols_server import GoWire, g_add, g_delete, g_reserve, reserved_fields
 from wire import qname

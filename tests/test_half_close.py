@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from queueserver.sharding import shard_for
+from queueserver.placement import shard_for
 from serverproc import ServerProcess, wait_for
 from test_binary_protocols_server import (ENQUEUED, g_add, g_reserve, t_count, t_dequeue, t_enqueue, t_record,
                                           t_size)

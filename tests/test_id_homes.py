@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from queueserver.sharding import shard_for
+from queueserver.placement import shard_for
 from serverproc import ServerProcess, replies_across_shard_restart, wait_for
 from inprocess import names_by_shard
 from wire import Wire, add, inspect_field, new_id, racing_adds

@@ -30,10 +30,10 @@ from installs import REPO, can_compile, compiled_sources, outside_env, site_pack
 from queueserver import __version__, buildrecord
 from serverproc import ServerProcess, http_get
 
-SOURCES = {"queueserver/sharding.py": "SHARDS = 1\n",
+SOURCES = {"queueserver/placement.py": "SHARDS = 1\n",
            "queueserver/engine/__init__.py": "",
            "queueserver/engine/engine.py": "def cycle() -> int:\n    return 1\n"}
-COMPILED = ("queueserver/sharding.py", "queueserver/engine/engine.py")
+COMPILED = ("queueserver/placement.py", "queueserver/engine/engine.py")
 SUFFIX = EXTENSION_SUFFIXES[0]
 REINSTALL = "install it again from the checkout: pip install <checkout>"
 
@@ -112,8 +112,8 @@ def test_a_build_the_record_does_not_describe_runs_plain_python(tmp_path):
     assert _decide(root)[:2] == (False, f"{_built('queueserver/old.py')} is not of the last build (its record "
                                         f"does not name queueserver/old.py): remove it, or {REINSTALL}")
     (root / _built("queueserver/old.py")).unlink()
-    (root / _built("queueserver/sharding.py")).unlink()
-    assert _decide(root)[:2] == (False, f"queueserver/sharding.py or its compiled module is missing: {REINSTALL}")
+    (root / _built("queueserver/placement.py")).unlink()
+    assert _decide(root)[:2] == (False, f"queueserver/placement.py or its compiled module is missing: {REINSTALL}")
     root = _layout(tmp_path / "again")
     (root / "queueserver" / buildrecord.NAME).unlink()
     compiled, why, _ = _decide(root)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import random
 import tracemalloc
 
-from queueserver.router import directory as D
-from queueserver.router.directory import SHARED, JobDirectory
+from queueserver.links import directory as D
+from queueserver.links.directory import SHARED, JobDirectory
 
 
 def test_the_directory_answers_as_a_dict_would():

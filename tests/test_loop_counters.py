@@ -20,7 +20,7 @@ import pytest
 
 from queueserver.client import Client
 from queueserver.client.client import ClientError
-from queueserver.sharding import shard_for
+from queueserver.placement import shard_for
 
 from serverproc import ServerProcess, http_get, poll
 

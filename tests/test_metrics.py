@@ -29,7 +29,7 @@ from queueserver.client import Client
 from queueserver.metrics import FSYNC_BUCKETS, LATENCY_BUCKETS, MAX_QUEUE_LABELS
 from queueserver.metrics.collect import NodeCollector, NodeView, families
 from queueserver.metrics.control import ask
-from queueserver.sharding import shard_for
+from queueserver.placement import shard_for
 
 from serverproc import ServerProcess, http_get, one_line_error, run_cli, wait_for
 

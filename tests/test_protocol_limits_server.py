@@ -1,7 +1,7 @@
 """The one payload limit, and the framing rules every protocol shares, through a
 real ``queueserver serve``: each protocol takes exactly ``max_payload`` bytes
 (1048576 by default, or as configured) and refuses one byte more with its own error, in step
-with the requests that follow (decisions file, "Every protocol")."""
+with the requests that follow (one request, one reply, whatever its size)."""
 from __future__ import annotations
 
 import base64

@@ -1,10 +1,11 @@
 """Unit tests for the sans-I/O queued codec: bytes in, Command objects out,
 replies rendered to exact bytes. No sockets.
 
-Sources: /work/shared/seeds/queued-protocol.md (the spec) and the queued
-section of /work/shared/spec/protocol-decisions.md (replies end with ``\\n``,
-``\\r`` tolerated on input, standard padded base64, the original's messages,
-duplicates dropped unless ``--allow-dups``, a connection starts on ``default``).
+The rules checked are those of the codec's docstring
+(:mod:`queueserver.protocols.queued`) and docs/protocols.md: replies end
+with ``\\n``, ``\\r`` tolerated on input, standard padded base64, the
+original's messages, duplicates dropped unless ``--allow-dups``, a
+connection starts on ``default``.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from queueserver.protocols.queued import (
     MAX_LINE, QueuedCodec, render_has, render_item, render_ok, render_size,
 )
 
-ITEM_HASH = b"SjPqzV+mXysuKHHNExKGtTxBWxMWZtcRc7tuP+WTYbM="   # the seed's sha256(b"item")
+ITEM_HASH = b"SjPqzV+mXysuKHHNExKGtTxBWxMWZtcRc7tuP+WTYbM="   # the protocol's example: sha256(b"item")
 
 
 def b64(data: bytes) -> bytes:
@@ -163,7 +164,7 @@ def test_has_bad_base64_and_missing_data():
 def test_size():
     cmd = one(b"SIZE\n")
     assert shape(cmd) == ("size", ["default"], BY_NAME, "default", None)
-    assert cmd.render([OK, 9231]) == b"SIZE 9231\n"   # seed
+    assert cmd.render([OK, 9231]) == b"SIZE 9231\n"   # the protocol's example
     assert cmd.render([OK, 0]) == b"SIZE 0\n"
     assert cmd.render([SERVER_ERROR, "Shard 2 unavailable"]) == err(b"Shard 2 unavailable")
 

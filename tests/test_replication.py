@@ -12,7 +12,8 @@ from typing import Dict, Set
 
 from cluster_nodes import Nodes, ensure_loopback_aliases
 from queueserver.client import Client
-from queueserver.cluster.slots import MAX_SHARDS, initial_owners, slot_of
+from queueserver.cluster.clusterfile import MAX_SHARDS
+from queueserver.placement import initial_owners, slot_of
 from queueserver.engine import Engine
 from queueserver.store import recover
 from serverproc import wait_for

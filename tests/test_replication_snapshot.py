@@ -21,7 +21,7 @@ import psutil
 from cluster_nodes import Nodes
 from queueserver.client import Client
 from queueserver.cluster.clusterfile import load_cluster
-from queueserver.cluster.slots import MAX_SHARDS
+from queueserver.cluster.clusterfile import MAX_SHARDS
 from queueserver.engine import Engine
 from queueserver.net import linkauth
 from queueserver.store import recover

@@ -20,7 +20,7 @@ from queueserver.engine.status import NOT_FOUND, OK
 from queueserver.net.connection import MAY_MOVE, SERVE, ClientConnection
 from queueserver.protocols import codec_class
 from queueserver.router.router import MAX_MOVES
-from queueserver.sharding import shard_for
+from queueserver.placement import shard_for
 from wire import add, inspect_field, new_id
 
 pytestmark = pytest.mark.usefixtures("leaks")

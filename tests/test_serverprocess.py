@@ -11,7 +11,7 @@ from typing import Iterable
 
 import pytest
 
-from queueserver.serverprocess import ServerProcess, ServerStartError
+from queueserver.testing.serverprocess import ServerProcess, ServerStartError
 from serverproc import alive, wait_for
 from wire import Wire, add, new_id
 

@@ -20,7 +20,7 @@ from queueserver.engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR,
 from queueserver.engine.views import JobView, as_lease
 from queueserver.net.connection import MUST_MOVE, SERVE
 from queueserver.protocols import codec_class
-from queueserver.sharding import shard_for
+from queueserver.placement import shard_for
 from wire import add, new_id as fresh_id
 
 pytestmark = pytest.mark.usefixtures("leaks")

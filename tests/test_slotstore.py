@@ -9,7 +9,7 @@ import pytest
 from queueserver.cluster import slotstore
 from queueserver.cluster.clusterfile import EtcdSpec
 from queueserver.cluster.coordination import Etcd
-from queueserver.cluster.slots import SLOTS
+from queueserver.placement import SLOTS
 from queueserver.cluster.slotstore import SlotTable
 
 from etcd_server import EtcdServer, etcd  # noqa: F401  (the fixture)

@@ -1,10 +1,10 @@
 """Unit tests for the sans-I/O takeanumber codec: bytes in, Command objects out,
 replies rendered to exact bytes. No sockets.
 
-Sources: /work/shared/seeds/takeanumber-protocol.md (the spec) and the
-takeanumber section of /work/shared/spec/protocol-decisions.md (RESERVE on an
-empty queue is ``:-1``, an empty body is ``No body provided.``, the original's
-error texts, ``\\n`` or ``\\r\\n`` line ends).
+The rules checked are those of the codec's docstring
+(:mod:`queueserver.protocols.takeanumber`): RESERVE on an empty queue is
+``:-1``, an empty body is ``No body provided.``, the original's error texts,
+``\\n`` or ``\\r\\n`` line ends.
 """
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def test_add_body_is_the_rest_of_the_line_verbatim(body):
 @pytest.mark.parametrize("body, kept", [(b"trailing  ", b"trailing"), (b"\ttab\t", b"\ttab"),
                                         (b"x \t \t", b"x"), (b"x\r", b"x\r")])
 def test_trailing_spaces_and_tabs_of_a_line_are_stripped(body, kept):
-    """As the original server trimmed its lines (decisions file)."""
+    """As the original server trimmed its lines."""
     assert one(b"ADD q 2 " + body + b"\r\n").args[2] == kept
     assert one(b"LEN q" + body[len(body.rstrip(b" \t")):] + b"\n").key == "q"
 

@@ -1,10 +1,10 @@
 """Unit tests for the sans-I/O workq codec: bytes in, Command objects out,
 replies rendered to exact bytes. No sockets.
 
-Sources: /work/shared/seeds/workq-protocol.md (the spec) and the workq section
-of /work/shared/spec/protocol-decisions.md, which overrides the seed (every
-success reply starts with '+', `inspect server` key count equals the keys
-sent, any canonical UUID is accepted, the original server's error texts).
+The rules checked are those of the codec's docstring
+(:mod:`queueserver.protocols.workq`) and docs/protocols.md: every success
+reply starts with '+', `inspect server`'s key count equals the keys sent,
+any canonical UUID is accepted, the original server's error texts.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from queueserver.engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR,
 from queueserver.protocols.base import ALL, BY_ID, BY_NAME, BY_NAMES, LOCAL
 from queueserver.protocols.workq import WorkqCodec
 
-ID = "6ba7b810-9dad-11d1-80b4-00c04fd430c4"   # the seed's example id (a version-1 UUID)
+ID = "6ba7b810-9dad-11d1-80b4-00c04fd430c4"   # the protocol's example id (a version-1 UUID)
 ID2 = "6ba7b810-9dad-11d1-80b4-00c04fd430c6"
 ID7 = "6ba7b810-9dad-11d1-80b4-00c04fd430c7"
 ID8 = "6ba7b810-9dad-11d1-80b4-00c04fd430c8"
@@ -203,7 +203,7 @@ def test_inspect_limits_at_bounds():
 
 
 @pytest.mark.parametrize("id", [
-    "6ba7b810-9dad-11d1-80b4-00c04fd430c4",   # version 1 (the seed's own example)
+    "6ba7b810-9dad-11d1-80b4-00c04fd430c4",   # version 1 (the protocol's own example)
     "0c1e3b1e-7c4c-4e5d-9a41-5b8d4f0f6a2e",   # version 4
     "017f22e2-79b0-7cc3-98c4-dc0c0c07398f",   # version 7
     "00000000-0000-0000-0000-000000000000",   # nil UUID
@@ -427,8 +427,8 @@ def test_inspect_job_binary_payload_key():
 
 
 def test_inspect_queue_reply():
-    # The seed's example header reads "ping 4" over two keys; the count must
-    # match the keys sent (as in the seed's `inspect queues` example: "ping1 2").
+    # A key line's count is the number of key lines that follow it (two
+    # here, as in `inspect queues`: "ping1 2").
     assert render_for(INSPECT_QUEUE)([OK, ["ping", 3, 0]]) == (
         b"+OK 1\r\n"
         b"ping 2\r\n"

@@ -55,7 +55,10 @@ from urllib.parse import urlsplit
 
 from ..protocols import DEFAULT_PORTS
 
-#: slots.py's bound (kept here so that reading a cluster file needs no xxhash)
+#: A cluster's shards at most. Job numbers are made with this stride in a
+#: cluster, so that a number tells which shard made it (as the shard count
+#: does on one host) even as shards are added; the routers' job directory
+#: keeps a shard in one byte.
 MAX_SHARDS = 250
 
 

@@ -27,9 +27,9 @@ from .clusterfile import ClusterError, ClusterSpec, load_cluster
 if TYPE_CHECKING:   # imported when run: the links need gevent
     from .intents import Driver, Intents
     from .rebalance import Rebalancer
-    from .slots import PlannedMove, SlotsAnswer
+    from .moves import PlannedMove, SlotsAnswer
 
-SLOTS = 16384         # (slots.py's; kept here so that the command line loads without xxhash)
+SLOTS = 16384         # (placement.py's; kept here so that the command line loads without xxhash)
 
 
 def parse_slots(text: str) -> List[int]:

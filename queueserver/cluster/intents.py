@@ -34,7 +34,7 @@ from etcd3gw.utils import _encode
 
 from . import slotstore
 from .coordination import Etcd, created_at, put_request, transact
-from .slots import PlannedMove
+from .moves import PlannedMove
 
 PLAN, DRIVER = "plan", "driver"
 #: a move's steps, in order: what its key's ``step`` says was logged last

@@ -31,7 +31,8 @@ from typing import Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from .admin import AdminError, Cluster
 from .arguments import DEFAULT_BATCH
-from .slots import SLOTS, MoveOutPart, PlannedMove, SlotsAnswer, from_ranges, to_ranges
+from .moves import MoveOutPart, PlannedMove, SlotsAnswer
+from ..placement import SLOTS, from_ranges, to_ranges
 
 log = logging.getLogger("queueserver.cluster")
 

@@ -6,7 +6,7 @@
 
 runs of slots ``[start, end)`` served by shard ``ordinal`` since the move of
 ``epoch`` (0: since the cluster was founded), covering all
-:data:`~queueserver.cluster.slots.SLOTS` slots in order.
+:data:`~queueserver.placement.SLOTS` slots in order.
 
 The shards' logs stay the truth of what each serves (a shard answers a slot
 it no longer serves with ``MOVED``); etcd's copy is what a router or a
@@ -22,7 +22,7 @@ from array import array
 from typing import Any, List, Optional, Sequence, Tuple
 
 from .coordination import Etcd, compare_and_put, read_with_revision
-from .slots import SLOTS, from_ranges, initial_owners, owner_runs
+from ..placement import SLOTS, from_ranges, initial_owners, owner_runs
 
 #: ``[start, end, ordinal, epoch]``
 Run = List[int]

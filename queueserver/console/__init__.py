@@ -3,5 +3,7 @@
 
 :mod:`.model` is what the pages show (typed records), :mod:`.source` gathers
 it from the shards (and, in a cluster, from the other nodes' consoles),
-:mod:`.app` turns HTTP requests into pages and actions.
+:mod:`.app` turns HTTP requests into pages and actions, and :mod:`.http`
+is the node's HTTP port itself (the console, ``/metrics`` and ``/status``),
+which the supervisor runs.
 """

@@ -1,5 +1,5 @@
 """The console's HTTP side: a request (method, target, headers, body) in, a
-:class:`Response` out. No sockets here: :mod:`queueserver.metrics.http`
+:class:`Response` out. No sockets here: :mod:`queueserver.console.http`
 hands over every request that is not ``/metrics`` or ``/status``.
 
 Routes (``<name>`` and ``<ident>`` are one percent-encoded path segment,

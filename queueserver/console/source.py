@@ -65,7 +65,7 @@ from ..config import DEFAULT_METRICS_PORT, Config
 from ..engine.browse import MAX_OFFSET
 from ..metrics.control import ask
 from .series import Series
-from .uses import merge
+from ..metrics.uses import merge
 from .errors import BadRequest, ConsoleError, Forbidden, NotFound, Unavailable
 from .model import (LISTS, MAX_LISTED, MAX_PER_PAGE, ActionResult, ClusterView, ConnectionRow, Filters,
                     JobDetail, JobPage, JobRow, Lease, LeaseRow, LinkView, NodeInfo, ProcessCount, QueueRow,
@@ -184,7 +184,7 @@ def _ago(now: int, then: Optional[int]) -> Optional[float]:
 
 
 def _holder(view: Optional[Dict[str, Any]], now: int) -> Optional[Dict[str, Any]]:
-    """A shard's view of a lease's holder (:meth:`~queueserver.shard.clients.ClientRecord.view`)
+    """A shard's view of a lease's holder (:meth:`~queueserver.links.clients.ClientRecord.view`)
     as the console shows it: times as seconds ago."""
     if not view:
         return None

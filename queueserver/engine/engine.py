@@ -71,7 +71,7 @@ from .status import (
 )
 from .ownership import SlotOwnership
 from .timers import Timer, Timers
-from ..cluster.slots import from_ranges, slot_of
+from ..placement import from_ranges, slot_of
 
 MS: Final = 1000  # microseconds per millisecond
 MOVE_CHUNK_BYTES: Final = 4 << 20   # payload bytes per part of a slot move (frames stay far below their cap)
@@ -496,7 +496,7 @@ class Engine:
 
     def _new_number(self) -> int:
         """The next job number: from this shard's block of the server's one
-        counter (:mod:`queueserver.numbers`), or without blocks the next of
+        counter (:mod:`queueserver.jobnumbers`), or without blocks the next of
         its residue class (shard ``i`` of ``n`` makes ``i + 1``, ``i + 1 +
         n``, ...). Either way unique across shards, starting at 1."""
         block = self.block

@@ -14,7 +14,7 @@ from __future__ import annotations
 from array import array
 from typing import Dict, Final, List, Optional, Sequence, Set, Tuple, TypedDict, Union
 
-from ..cluster.slots import SLOTS, Ranges, from_ranges, to_ranges
+from ..placement import SLOTS, Ranges, from_ranges, to_ranges
 from .effects import Event, JobEvent
 
 NOT_OURS: Final = 0

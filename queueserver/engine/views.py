@@ -50,7 +50,7 @@ class ResultView(NamedTuple):
 
 
 class JobView(NamedTuple):
-    """What ``inspect job`` shows, in the seed's order."""
+    """What ``inspect job`` shows, in the order the original workq server listed it."""
 
     id: str
     name: str

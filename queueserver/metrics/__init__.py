@@ -1,14 +1,15 @@
 """Per-node metrics: ``/metrics`` (Prometheus text) and ``/status`` (JSON).
 
 The processes that do the work count cheaply as they go, into plain ints
-and bucket arrays (:mod:`.histogram`, :mod:`.traffic`,
+and bucket arrays (:mod:`.histogram`, :mod:`.traffic`, :mod:`.uses`,
 :mod:`queueserver.shard.stats`). Each shard and router answers ``["stats"]``
 on a control socket of its own in the runtime directory (:mod:`.control`).
 The supervisor asks them all at scrape time, adds their answers up
-(:mod:`.collect`) and serves them over HTTP from a thread (:mod:`.http`).
+(:mod:`.collect`) and serves them over HTTP from a thread (the node's HTTP
+port, which serves the web console too: :mod:`queueserver.console.http`).
 
-Only :mod:`.collect` and :mod:`.http` import ``prometheus_client``; the
-worker processes never do.
+Only :mod:`.collect` and :mod:`queueserver.console.http` import
+``prometheus_client``; the worker processes never do.
 """
 from __future__ import annotations
 

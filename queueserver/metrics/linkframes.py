@@ -16,19 +16,29 @@ next read, which adds its final counts to those of channels gone before
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, Optional
+from typing import Dict, Iterable, Optional, Protocol
 
-from ..net.channel import FrameChannel
+
+class CountedChannel(Protocol):
+    """A link's channel as read here: its frames sent and received so far
+    (a :class:`~queueserver.net.channel.FrameChannel`; metrics lie below
+    the net and import nothing of it)."""
+
+    @property
+    def sent(self) -> int: ...
+
+    @property
+    def received(self) -> int: ...
 
 
 class LinkFrames:
     """Frames sent and received over a process's own links, across reconnects."""
 
     def __init__(self) -> None:
-        self._seen: Dict[int, FrameChannel] = {}   # id(channel) -> channel, as of the last read
+        self._seen: Dict[int, CountedChannel] = {}   # id(channel) -> channel, as of the last read
         self._gone = 0                             # frames of channels since replaced or closed
 
-    def count(self, channels: Iterable[Optional[FrameChannel]]) -> int:
+    def count(self, channels: Iterable[Optional[CountedChannel]]) -> int:
         """Frames so far over ``channels`` (the links' current ones; None:
         a link down now) and every channel of theirs seen before."""
         now = {id(channel): channel for channel in channels if channel is not None}

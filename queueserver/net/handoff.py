@@ -40,7 +40,7 @@ class Move(NamedTuple):
     limits: Dict[str, int]      # max_outstanding_bytes, max_payload
     more: int = 0               # unread bytes that follow in ``more`` messages
     #: the router's description of the connection (who it is: address, protocol,
-    #: since when; :data:`queueserver.shard.clients.Description`), None if unknown
+    #: since when; :data:`queueserver.links.clients.Description`), None if unknown
     client: Optional[List[Any]] = None
 
 

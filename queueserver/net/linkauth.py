@@ -30,14 +30,11 @@ import secrets
 import socket
 import ssl
 import time
-from typing import TYPE_CHECKING, Callable, Optional, Tuple
+from typing import Callable, Optional, Protocol, Tuple
 
 import gevent.ssl
 
 from ..privatefile import PrivateFileError, read_private
-
-if TYPE_CHECKING:
-    from ..cluster.clusterfile import TLSFiles
 
 log = logging.getLogger(__name__)
 
@@ -349,7 +346,21 @@ def client_context(cert: Optional[str], key: Optional[str], ca: str) -> ssl.SSLC
     return ctx
 
 
-def client_credentials(secret_file: str, tls: Optional["TLSFiles"]) -> Tuple[bytes, Optional[ssl.SSLContext]]:
+class TLSPaths(Protocol):
+    """A link client's TLS files (a cluster file's ``[tls]``:
+    :class:`queueserver.cluster.clusterfile.TLSFiles`, from a layer above)."""
+
+    @property
+    def cert(self) -> str: ...
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def ca(self) -> str: ...
+
+
+def client_credentials(secret_file: str, tls: Optional[TLSPaths]) -> Tuple[bytes, Optional[ssl.SSLContext]]:
     """What a link's client presents: the secret of ``secret_file`` and,
     when ``tls`` (a cluster file's cert, key and ca) is given, its TLS context."""
     secret = load_secret(secret_file)

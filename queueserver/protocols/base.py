@@ -47,10 +47,10 @@ def renderer(on_ok: Callable[[Any], bytes], on_error: Callable[..., bytes]) -> C
 #: the router fills it in as the first argument.
 SERVER_ID = ""
 
-#: The one payload limit of every protocol (the decisions file's ``max_payload``).
+#: The one payload limit of every protocol (``max_payload``'s default: 1 MiB).
 MAX_PAYLOAD: Final = 1048576
 
-#: Bytes of a queue name, where a protocol's seed does not say otherwise.
+#: Bytes of a queue name, where a protocol's own rule does not say otherwise.
 MAX_QUEUE_NAME: Final = 255
 #: The queue-name rule in words, for error messages.
 QUEUE_NAME_RULE = "1 to 255 bytes of UTF-8, no whitespace or control characters"
@@ -69,10 +69,10 @@ NAME_MEMO: Final = 4096    # entries kept; the memo starts over when full
 def valid_queue_name(raw: bytes) -> Optional[str]:
     """The decoded queue name, or ``None`` when ``raw`` breaks the shared rule.
 
-    One rule for every protocol whose seed is silent: 1 to 255 bytes of
+    One rule for every protocol that sets none of its own: 1 to 255 bytes of
     UTF-8 with no whitespace (any Unicode whitespace) and no control
     character, so that no reply carrying the name can break its framing.
-    Protocols with a stricter seed rule (workq, TaskFlux) check it on top.
+    Protocols with a stricter rule of their own (workq, TaskFlux) check it on top.
     """
     name = _VALID_NAMES.get(raw)
     if name is not None:

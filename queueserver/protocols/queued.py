@@ -9,7 +9,8 @@ so pipelined commands land on the queue that was current when they were sent.
 
 Parsing follows the original server: the command is the text before the
 first space (surrounding whitespace trimmed), the data everything after it.
-Where the seed and the decisions file are silent (recorded for the docs):
+Where the protocol's description says nothing, the codec's choices
+(docs/protocols.md records them):
 
 * ``ENQUE `` with an empty argument enqueues the empty item (the empty
   string is valid base64); ``ENQUE`` with no argument at all is

@@ -5,12 +5,13 @@ A RESP-like text protocol: one command per line (``\\r\\n`` or a bare
 ending in ``\\r\\n``. Commands are case-sensitive. Queues are FIFO; ids are
 server-made UUIDv4 strings.
 
-Where the seed and the decisions file are silent (recorded for the docs):
+Where the protocol's description says nothing, the codec's choices
+(docs/protocols.md records them):
 
 * Trailing spaces and tabs of a line are stripped before it is parsed (the
   original trimmed its lines), so a body of only spaces or tabs is an empty
   body: ``ADD q 1 \\r\\n`` and ``ADD q 1\\r\\n`` both answer
-  ``-ERR No body provided.`` (the seed's example).
+  ``-ERR No body provided.`` (the protocol's documented answer).
 * Tokens are separated by spaces; leading and repeated spaces are ignored,
   except after ``ADD``: its name, retries and body are separated by exactly
   one space each and the body is the rest of the line, byte for byte but
@@ -28,7 +29,7 @@ Where the seed and the decisions file are silent (recorded for the docs):
 * An ``ADD`` body longer than ``max_payload`` (1 MiB) answers
   ``-ERR Body too large.``; a line longer than ``max_payload`` + 1 KiB
   answers ``-ERR Line too long.`` and is skipped up to its newline.
-* RESERVE on an empty queue answers ``:-1`` (the seed); with
+* RESERVE on an empty queue answers ``:-1`` (as the protocol is documented); with
   ``empty_reserve_error`` it answers the original server's
   ``-ERR No items available to reserve.``, which the original Python client
   needs (it fails on ``:-1``).

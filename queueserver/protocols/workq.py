@@ -2,8 +2,7 @@
 
 Text lines ending in CRLF (a bare LF is tolerated); ``add``, ``schedule``,
 ``run``, ``complete`` and ``fail`` carry a length-prefixed block after their
-line. Error texts and validation order follow the original server as the
-decisions file records them.
+line. Error texts and validation order follow the original server's.
 
 One request, one reply. Unlike the original, which lost pipelined input
 after a bad payload, a refused block command never lets its block be read
@@ -29,7 +28,7 @@ as a command of its own:
   skipped through the first CRLF after its start and answered once.
 
 Names are checked by the shared rule (:func:`.base.valid_queue_name`) and
-the seed's charset ``[A-Za-z0-9_.-]`` on top (``Invalid Name``). Replies
+workq's own charset ``[A-Za-z0-9_.-]`` on top (``Invalid Name``). Replies
 print names through :func:`.base.name_token`, so a name that came from
 another protocol cannot break a reply's lines.
 """
@@ -56,8 +55,8 @@ MAX_LIMIT: Final = 100
 
 _UUID_RE: Final = rb"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 _UUID: Final = re.compile(rb"\A" + _UUID_RE + rb"\Z")
-#: The seed's charset within the shared rule's 255 bytes (the seed's
-#: charset is printable ASCII, so the shared rule adds only the length).
+#: workq's own charset within the shared rule's 255 bytes (the charset is
+#: printable ASCII, so the shared rule adds only the length).
 _NAME: Final = re.compile(rb"[a-zA-Z0-9_.-]{1,255}")
 _NAMES: Final[Dict[bytes, str]] = {}    # names found valid, raw -> decoded
 #: A job's cycle as clients send it, matched in one go: single spaces, a
@@ -211,7 +210,7 @@ def _id(token: bytes) -> str:
 
 
 def _name(token: bytes) -> str:
-    """The shared queue-name rule, and the seed's charset on top."""
+    """The shared queue-name rule, and workq's own charset on top."""
     name = _NAMES.get(token)
     if name is None:
         if not _NAME.fullmatch(token):

@@ -1,3 +1,3 @@
-from .router import main
+from .process import main
 
 main()

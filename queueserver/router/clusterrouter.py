@@ -27,19 +27,20 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Final, List, Optional, Se
 
 import gevent
 
-from ..cluster.clusterfile import ClusterSpec, load_cluster
-from ..cluster.slots import MAX_SHARDS, SlotsSummary, slot_of
+from ..cluster.clusterfile import MAX_SHARDS, ClusterSpec, load_cluster
+from ..cluster.moves import SlotsSummary
+from ..placement import slot_of
 from ..engine.status import MOVED, NOT_FOUND, SERVER_ERROR, Reply
 from ..net import linkauth
 from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, Command
 from .fanout import FirstFound, Gather, SpreadLease
-from .primaries import PrimaryPlaces, view_problem
+from ..links.primaries import PrimaryPlaces, view_problem
 from .router import Located, Pending, Router
-from .shardlink import Address, Auth, Places, ShardLink, where
-from .slotmap import SlotMap
+from ..links.shardlink import Address, Auth, Places, ShardLink, where
+from ..links.slotmap import SlotMap
 
 if TYPE_CHECKING:
-    from ..supervisor import ClusterPlace
+    from .config import ClusterPlace
 
 log: Final = logging.getLogger("queueserver.router")
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..engine.status import MOVED, NOT_FOUND, OK, SERVER_ERROR, TIMEOUT, Reply
 from ..engine.views import as_lease, undo_delivery
-from .shardlink import ShardLink
+from ..links.shardlink import ShardLink
 
 Callback = Callable[[Reply], None]
 

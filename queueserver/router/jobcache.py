@@ -7,7 +7,7 @@ lives; a request for a job it never saw asks the job id's home shard
 job may have left since, so a shard that answers NOT_FOUND to a hinted
 request is checked against the home.
 
-Two generations of :class:`~.directory.JobDirectory` (about 6 bytes a job):
+Two generations of :class:`~queueserver.links.directory.JobDirectory` (about 6 bytes a job):
 new entries go to the young one; when it holds ``limit`` entries, the old
 one is dropped and the young one ages. Memory stays bounded whatever the
 traffic, and a job forgotten that way costs one question to its home.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Final, Optional
 
-from .directory import SHARED, JobDirectory
+from ..links.directory import SHARED, JobDirectory
 
 DEFAULT_LIMIT: Final = 1 << 18   # entries per generation: at most ~3 MB for both
 

@@ -24,12 +24,9 @@ is served.
 """
 from __future__ import annotations
 
-import argparse
 import errno
-import json
 import logging
 import os
-import resource
 import socket as stdsocket
 import time
 import uuid
@@ -44,24 +41,21 @@ from ..engine.requests import AddRequest, RunRequest, with_id
 from ..engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR, Reply
 from ..engine.views import as_lease, undo_delivery
 from ..protocols import codec_class as load_codec
-from ..sharding import shard_for
+from ..placement import shard_for
 from ..net.connection import MAY_MOVE, SERVE, ClientConnection
 from ..net.handoff import Gone, Move
 from ..net.hangups import HangupWatch
 from ..protocols.base import ALL, BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command, StreamCodec
-from .directory import SHARED
+from ..links.directory import SHARED
 from .jobcache import JobCache
 from .fanout import FirstFound, Gather, SpreadLease, ignore
-from ..lifecycle import die_with_supervisor, settle_gc, setup_logging, stop_event
-from .. import memwatch
-from .shardlink import Address, Auth, Context, Places, ShardLink
-from ..console.uses import Uses, note_command, router_answer
-from ..shard.clients import Description, describe, peer_address
-from ..numbers import NumberFile
+from ..links.shardlink import Address, Auth, Context, Places, ShardLink
+from ..metrics.uses import Uses, note_command, router_answer
+from ..links.clients import Description, describe, peer_address
+from ..jobnumbers import NumberFile
 
 if TYPE_CHECKING:
     from gevent._types import _IoWatcher
-    from ..supervisor import RouterConfig
 
 log: Final = logging.getLogger("queueserver.router")
 
@@ -73,7 +67,6 @@ DEFAULT_MAX_PAYLOAD: Final = 1048576
 MAX_MOVES: Final = 4                 # moves of one connection before it stays forwarded
 ACCEPT_BACKOFF: Final = 0.5          # seconds the accept loop rests when no descriptor is left
 LOG_INTERVAL: Final = 10.0           # at most one warning per interval about refused connections
-CONNECT_TIMEOUT: Final = 10.0        # seconds a router waits for this host's shards before it serves
 _NO_DESCRIPTORS: Final = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM))
 
 
@@ -131,7 +124,7 @@ class Router:
         #: queue -> the protocols whose clients used it here (the console's overview)
         self.queue_uses: Uses = {}
         #: each connection accepted here and not closed yet, as shards are told of it
-        #: (origin -> :data:`~queueserver.shard.clients.Description`): who holds a lease
+        #: (origin -> :data:`~queueserver.links.clients.Description`): who holds a lease
         self.described: Dict[int, Description] = {}
         self.index = index
         #: how this router is known to shards (and in client ids of the history)
@@ -668,55 +661,3 @@ def _spare_descriptor() -> Optional[int]:
         return os.open(os.devnull, os.O_RDONLY)
     except OSError:
         return None
-
-
-def _raise_descriptor_limit() -> None:
-    """Clients are descriptors: use all the hard limit allows, as servers do."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        except (ValueError, OSError) as err:
-            log.warning("could not raise the file descriptor limit from %d: %s", soft, err)
-
-
-def main(argv: Optional[List[str]] = None) -> None:
-    die_with_supervisor()   # first: a supervisor gone before we run must not leave us behind
-    parser = argparse.ArgumentParser(prog="queueserver-router")
-    parser.add_argument("--config", required=True, help="JSON: sockets, listeners, options")
-    parser.add_argument("--log-level", default="INFO")
-    args = parser.parse_args(argv)
-    setup_logging(args.log_level, "router")
-    stop = stop_event()
-    config: "RouterConfig" = json.loads(args.config)   # the supervisor's, as JSON
-    _raise_descriptor_limit()
-    arguments = (config.get("options"), config.get("index", 0), config.get("routers", 1),
-                 config.get("limits"), config.get("direct_path", False), config.get("history", False))
-    router: Router
-    if config.get("cluster"):
-        from .clusterrouter import ClusterRouter
-        router = ClusterRouter.from_config(config["cluster"], config["sockets"], *arguments)
-    else:
-        router = Router(config["sockets"], *arguments, numbers=config.get("numbers"))
-    # Serve once this host's shards are linked (or the connect timeout has passed).
-    deadline = time.monotonic() + CONNECT_TIMEOUT
-    while not all(link.up for link in router.links if link.local) and time.monotonic() < deadline:
-        gevent.sleep(0.02)
-    for protocol, fd in config["listen_fds"].items():
-        router.listen(protocol, fd)
-    # /metrics: the supervisor asks for this router's counters there; on etcd, it tells the cluster's state there
-    control = config.get("control")
-    if control:
-        from ..metrics.control import serve_control
-        from .stats import router_stats
-        serve_control(control, lambda: router_stats(router), router.console_request, router.cluster_request)
-    if config.get("ready_file"):
-        with open(config["ready_file"], "w") as f:
-            f.write(str(os.getpid()))
-    settle_gc()
-    memwatch.start(f"router-{config.get('index', 0)}")
-    stop.wait()
-    router.stop()
-    if control and os.path.exists(control):
-        os.unlink(control)
-    log.info("router exiting")

@@ -1,3 +1,3 @@
-from .shard import main
+from .process import main
 
 main()

@@ -23,7 +23,7 @@ import gevent
 from gevent import socket
 
 from ..cluster.clusterfile import ClusterSpec, ShardSpec
-from ..cluster.slots import SLOTS, initial_owners, slot_of, to_ranges
+from ..placement import SLOTS, initial_owners, slot_of, to_ranges
 from ..engine import Engine
 from ..engine.ownership import MOVING, SERVING, OutgoingMove
 from ..engine.status import MOVED, SERVER_ERROR, Reply

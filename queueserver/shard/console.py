@@ -62,7 +62,7 @@ from ..engine.effects import Effects, Event
 from ..engine.job import Job
 from ..engine.jobqueue import JobQueue
 from ..engine.status import NOT_FOUND, OK, SERVER_ERROR, Reply
-from .clients import ClientRecord
+from ..links.clients import ClientRecord
 from .stats import ADDED, COMPLETED, FAILED, LEASED_NOW
 
 if TYPE_CHECKING:
@@ -381,7 +381,7 @@ class ShardConsole:
         fx = browse.console_step(shard.engine, events, now)
         kept = [id for id in fx.forgotten if id not in shard.engine.jobs]   # a job made anew stays at its home
         fx.forgotten = kept
-        shard._take(fx)
+        shard.take_effects(fx)
         self._history(fx, now, who, requeued)
         shard.schedule_after_batch()
 

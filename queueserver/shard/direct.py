@@ -13,10 +13,13 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Final, Optional, Tuple
+from abc import abstractmethod
+from typing import Any, Callable, Dict, Final, Optional, Sequence, Tuple
 
 from gevent import socket
+from mypy_extensions import trait
 
+from ..engine import Engine
 from ..engine.requests import AddRequest, with_id
 from ..engine.status import Reply
 from ..engine.views import undo_delivery
@@ -25,11 +28,9 @@ from ..net.handoff import Gone, HandoffChannel, Move
 from ..net.hangups import HangupWatch
 from ..protocols import codec_class
 from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command, StreamCodec
-from ..console.uses import Uses, note_command
-from .clients import VIA_DIRECT, ClientRecord, peer_address
-
-if TYPE_CHECKING:
-    from .shard import Shard
+from ..metrics.uses import Uses, note_command
+from ..links.clients import VIA_DIRECT, ClientRecord, peer_address
+from .history import HistoryWriter
 
 log: Final = logging.getLogger("queueserver.shard")
 
@@ -40,10 +41,44 @@ Token = Tuple[int, int]
 Connection = ClientConnection[Token, bool]
 
 
-class DirectServer:
-    """Serves moved connections on ``shard`` (a :class:`~.shard.Shard`)."""
+@trait
+class DirectHost:
+    """What the direct path needs of its shard (a :class:`~.shard.Shard`,
+    which makes the direct server and hands it the connections that
+    arrive): whether a request is the shard's alone, its execution and
+    answer, and the end of the batch. A mypyc trait rather than a Protocol:
+    calls through it stay native on the path of every request."""
 
-    def __init__(self, shard: "Shard") -> None:
+    engine: Engine
+    history: Optional[HistoryWriter]
+
+    @abstractmethod
+    def serves(self, name: str) -> bool: ...
+
+    @abstractmethod
+    def makes(self, number: int) -> bool: ...
+
+    @abstractmethod
+    def new_id(self) -> str: ...
+
+    @abstractmethod
+    def execute(self, op: str, args: Sequence[Any], token: Optional[Token] = None,
+                client: Optional[ClientRecord] = None) -> Optional[Reply]: ...
+
+    @abstractmethod
+    def answer(self, send: Callable[[Reply], None], reply: Reply) -> None: ...
+
+    @abstractmethod
+    def schedule_after_batch(self) -> None: ...
+
+    @abstractmethod
+    def flush_links(self) -> None: ...
+
+
+class DirectServer:
+    """Serves moved connections on ``shard``."""
+
+    def __init__(self, shard: DirectHost) -> None:
         #: defaults only: the router's limits come with each connection
         self.max_outstanding_bytes = 8 * 1048576
         self.max_payload = 1048576

@@ -56,7 +56,7 @@ log: Final = logging.getLogger("queueserver.shard")
 SCHEMA_VERSION: Final = 2
 
 #: (protocol, connection) of the client behind a request: a tuple, or a list
-#: once it crossed a router's link (as :data:`queueserver.router.shardlink.Context`)
+#: once it crossed a router's link (as :data:`queueserver.links.shardlink.Context`)
 Context = Optional[Sequence[str]]
 
 

@@ -11,7 +11,7 @@ under a lock, with no message and no other process woken.
 The table lives in one memory file (``memfd``) that the supervisor makes
 and hands to every shard it starts, and keeps open, so it outlives a shard
 that restarts. It is a hash table keyed by an id's 64-bit xxhash (the
-router's :class:`~queueserver.router.directory.JobDirectory` key), cut into
+router's :class:`~queueserver.links.directory.JobDirectory` key), cut into
 :data:`STRIPES` stripes by the key's top bits. Each stripe is its own open
 addressing table (linear probing) of 8-byte entries, the key's low 48 bits
 and the shard holding the job (+1; 0 is an empty slot, ``0xFFFF`` a slot

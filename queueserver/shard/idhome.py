@@ -30,7 +30,7 @@ import time
 from typing import Any, Callable, Dict, Final, Iterable, List, Optional, Set
 
 from ..engine.status import NOT_FOUND, Reply
-from ..router.directory import SHARED, JobDirectory
+from ..links.directory import SHARED, JobDirectory
 
 log: Final = logging.getLogger("queueserver.shard")
 

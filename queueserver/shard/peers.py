@@ -2,7 +2,7 @@
 id homes' traffic (:mod:`.idhome`): claims of new ids, jobs that left or
 moved in, and the job lists a home asks for when a link comes up.
 
-The links are the routers' :class:`~queueserver.router.shardlink.ShardLink`
+The links are the routers' :class:`~queueserver.links.shardlink.ShardLink`
 (reconnecting, answered out of order). What one loop turn produces for a
 home leaves in one frame: every id claimed there in one ``claims`` request; the jobs gone in
 :data:`FORGET_DELAY` leave in one ``forget`` note per home, so the frames
@@ -23,12 +23,11 @@ from typing import Any, Callable, Dict, Final, List, Optional, Sequence, Tuple
 
 import gevent
 
-from ..cluster.slots import slot_of
+from ..placement import shard_for, slot_of
 from ..engine.status import CLIENT_ERROR, MOVED, NOT_FOUND, OK, SERVER_ERROR, Reply
-from ..router.primaries import PrimaryPlaces, view_problem
-from ..router.shardlink import Address, Auth, Places, ShardLink, unavailable
-from ..router.slotmap import SlotMap
-from ..sharding import shard_for
+from ..links.primaries import PrimaryPlaces, view_problem
+from ..links.shardlink import Address, Auth, Places, ShardLink, unavailable
+from ..links.slotmap import SlotMap
 
 log: Final = logging.getLogger("queueserver.shard")
 
@@ -84,7 +83,7 @@ class Peers:
 
     def cluster_view(self, request: List[Any]) -> Dict[str, Any]:
         """``["cluster", "view", runs, primaries, nodes]``, the supervisor's
-        watch on etcd (see :mod:`queueserver.router.primaries`): the links to
+        watch on etcd (see :mod:`queueserver.links.primaries`): the links to
         the shards whose primary it names go there at once, and a shard
         served by a node that holds no lease is not waited for. The slot map
         in it is left alone: a shard learns slots from the shards themselves."""

@@ -1,4 +1,5 @@
-"""The shard process: one engine, its Unix socket, its one timer greenlet.
+"""The shard: one engine, its Unix socket, its one timer greenlet (the process
+around it is :mod:`.process`).
 
 The router sends ``[request_id, op, args]`` frames; the shard answers
 ``[request_id, reply]`` as soon as the engine has an answer, which for a
@@ -20,12 +21,10 @@ connections with close semantics (goqueue) are ready again.
 """
 from __future__ import annotations
 
-import argparse
 import gc
 import itertools
 import logging
 import os
-import sys
 import time
 import uuid
 from functools import partial
@@ -42,32 +41,26 @@ from ..engine.job import LEASED as JOB_LEASED
 from ..engine.ops import CLUSTER_OPS, ID_HOME_OPS, MAKES_JOBS
 from ..engine.ownership import OutgoingMove, SlotOwnership
 from ..engine.status import NOT_FOUND, OK, SERVER_ERROR, Reply
-from ..lifecycle import EXIT_DEPOSED, EXIT_REFUSED
-from ..store import StoreError
 from .durability import Durability
 from .replication import Replicator
 from .idhome import IdHome
 from .hostids import HostIds, key_of
-from ..router.directory import SHARED
-from ..router.primaries import PrimaryPlaces
+from ..links.directory import SHARED
+from ..links.primaries import PrimaryPlaces
 from .peers import DUPLICATE, GRANTED, Peers
-from ..router.shardlink import STOPPING, Address, Places
-from .direct import DirectServer, Token
-from ..router.slotmap import SlotMap
+from ..links.shardlink import STOPPING, Address, Places
+from .direct import DirectHost, DirectServer, Token
+from ..links.slotmap import SlotMap
 from .history import Context, HistoryWriter
-from .clients import VIA_ROUTER, ClientRecord
+from ..links.clients import VIA_ROUTER, ClientRecord
 from ..net.channel import FrameChannel
 from ..net.handoff import HandoffChannel, handoff_path, listen_seqpacket
 from .stats import ShardStats
-from ..metrics.control import control_path, serve_control
 from .clustering import ShardInCluster
-from ..cluster.clusterfile import ClusterSpec, ShardSpec, load_cluster
+from ..cluster.clusterfile import MAX_SHARDS, load_cluster
 from ..net import faults, linkauth
-from ..cluster.slots import MAX_SHARDS, from_ranges, slot_of
-from ..sharding import shard_for
-from ..numbers import Blocks, NumberFile, NumbersError
-from ..lifecycle import die_with_supervisor, settle_gc, setup_logging, stop_event
-from .. import memwatch
+from ..placement import from_ranges, shard_for, slot_of
+from ..jobnumbers import Blocks, NumberFile, NumbersError
 
 log: Final = logging.getLogger("queueserver.shard")
 UNCHECKED_PRUNE: Final = 4096   # ids kept for a home out of reach before those gone are dropped
@@ -84,7 +77,7 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
-class Shard:
+class Shard(DirectHost):
     def __init__(self, index: int, path: str, max_queues: Optional[int] = None,
                  queue_idle: float = 0.0, shards: int = 1, direct_path: bool = False,
                  data_dir: Optional[str] = None, fsync: str = "always",
@@ -192,7 +185,7 @@ class Shard:
                 return refused
         now = now_us()
         fx = self.engine.execute(op, args, now, token)
-        self._take(fx)
+        self.take_effects(fx)
         reply = fx.reply
         if op == "lease" and client is not None:   # who holds it, for the console
             if reply is None:
@@ -561,7 +554,7 @@ class Shard:
         contexts = self._contexts
         return lambda lessee: context if lessee == token else contexts.get(lessee)
 
-    def _take(self, fx: Effects) -> None:
+    def take_effects(self, fx: Effects) -> None:
         """Keep what a step caused, to be carried out at the end of the batch
         (a durable shard's log gets its events at once); jobs that left are
         forgotten at their ids' homes."""
@@ -615,7 +608,7 @@ class Shard:
             self.blocks.numbers.raise_floor(self.engine.last_number, self.index)
         now = now_us()
         fx = self.engine.recovered(now)
-        self._take(fx)
+        self.take_effects(fx)
         if fx.history and self.history is not None:
             self.history.record(fx.history, now, None, self._contexts.get)
         durability.commit()
@@ -629,7 +622,7 @@ class Shard:
         cluster = self.cluster
         assert cluster is not None   # called in a cluster only
         if self.engine.slots is None:
-            self._take(self.engine.execute("claim", [cluster.initial_slots()], now_us()))
+            self.take_effects(self.engine.execute("claim", [cluster.initial_slots()], now_us()))
             if self.durability is not None:
                 self.durability.commit()
         log.info("shard %s serves %d of the cluster's slots", cluster.me.name, self._slots().owned())
@@ -962,7 +955,7 @@ class Shard:
             try:
                 now = now_us()
                 fx = engine.advance(now)
-                self._take(fx)
+                self.take_effects(fx)
                 if fx.history and self.history is not None:
                     self.history.record(fx.history, now, None, self._contexts.get)
             except Exception:
@@ -982,138 +975,3 @@ def _send_reply(channel: FrameChannel, req_id: int, reply: Reply) -> None:
 def _released(cluster: ShardInCluster, move: OutgoingMove, reply: Reply) -> None:
     """``move`` is over (its answer is durable): the requests it held go to the new owner."""
     cluster.released(move)
-
-
-def take_group(durability: Durability, spec: ClusterSpec, ordinal: int, node: str, copy: bool) -> None:
-    """A replicated cluster on etcd: say in the group's record that this node
-    is its primary, with no follower in sync yet, and take its epoch (never
-    older than the newest its log holds: a record lost with etcd starts
-    again past it); its log's records and its stream's frames carry it from
-    now on. Deposed if another node is the primary."""
-    replicator = durability.replicator
-    assert replicator is not None   # a replicated cluster's shard
-    if spec.etcd is None:
-        return
-    from ..cluster.coordination import CoordinationError, Etcd   # etcd's client: only where it is used
-    from ..cluster.groups import isr_store, take_primary
-    etcd = Etcd(spec.etcd)
-    while True:
-        try:
-            epoch = take_primary(etcd, ordinal, node, copy, durability.wal.epoch)
-            break
-        except CoordinationError as err:
-            log.warning("shard %d: etcd does not answer (%s); waiting to take the group's record",
-                        ordinal, err)
-            time.sleep(1.0)
-    replicator.epoch = durability.wal.epoch = epoch
-    replicator.isr_store = isr_store(etcd, ordinal, node, epoch)
-    log.info("shard %d is its group's primary at epoch %d%s", ordinal, epoch,
-             " (serving its copy on this node)" if copy else "")
-
-
-def main(argv: Optional[List[str]] = None) -> None:
-    die_with_supervisor()   # first: a supervisor gone before we run must not leave us behind
-    parser = argparse.ArgumentParser(prog="queueserver-shard")
-    parser.add_argument("--index", type=int, required=True)
-    parser.add_argument("--socket", required=True)
-    parser.add_argument("--max-queues", type=int, default=None,
-                        help="queues this shard may hold (default: no cap)")
-    parser.add_argument("--queue-idle-timeout", type=float, default=0.0, metavar="SECONDS",
-                        help="remove a queue with no jobs and no waiters after this long (0: never)")
-    parser.add_argument("--shards", type=int, default=1, help="how many shards the server runs")
-    parser.add_argument("--direct-path", action="store_true",
-                        help="take client connections that routers hand over")
-    parser.add_argument("--data-dir", metavar="DIR", help="this shard's log directory (default: none, "
-                                                          "jobs live in memory only)")
-    parser.add_argument("--fsync", choices=("always", "interval", "never"), default="always")
-    parser.add_argument("--fsync-interval", type=float, default=1000.0, metavar="MS")
-    parser.add_argument("--compact-after-bytes", type=int, default=64 << 20, metavar="BYTES")
-    parser.add_argument("--no-metrics", action="store_true",
-                        help="count nothing for /metrics (spares the per-event hooks)")
-    parser.add_argument("--cluster", metavar="FILE", help="the cluster file (with --node)")
-    parser.add_argument("--node", metavar="NAME", help="this shard's node in the cluster file")
-    parser.add_argument("--ordinal", type=int, metavar="N",
-                        help="serve the cluster's shard N from this node's copy of it (a follower "
-                             "promoted when N's primary failed), instead of --index of this node")
-    parser.add_argument("--numbers", metavar="FILE",
-                        help="the server's file of job number blocks (default: numbers of this "
-                             "shard's residue class)")
-    parser.add_argument("--history-dir", metavar="DIR",
-                        help="write the job history (JSON Lines) here (default: none)")
-    parser.add_argument("--history-max-bytes", type=int, metavar="BYTES",
-                        help="keep this shard's history files within BYTES (default: any size)")
-    parser.add_argument("--history-max-age", type=float, metavar="SECONDS",
-                        help="drop history files last written more than SECONDS ago (default: never)")
-    parser.add_argument("--history-checkpoint", metavar="PATH",
-                        help="the checkpoint of `queueserver history`: dropping a file it has not "
-                             "read is a warning")
-    parser.add_argument("--host-ids-fd", type=int, metavar="FD",
-                        help="the memory file of the host's job ids, which the supervisor shares with "
-                             "every shard (default: ids are claimed at their homes by messages)")
-    parser.add_argument("--log-level", default="INFO")
-    args = parser.parse_args(argv)
-    setup_logging(args.log_level, f"shard-{args.index}")
-    cluster: Optional[ShardInCluster] = None
-    try:
-        if args.cluster:
-            spec = load_cluster(args.cluster)
-            if args.ordinal is not None:   # a copy taken over: served where this node serves copies
-                home = spec.shards()[args.ordinal]
-                me = ShardSpec(home.ordinal, home.node, home.index, *spec.address(args.node, home.ordinal))
-            else:
-                me = spec.shards_of(args.node)[args.index]
-            cluster = ShardInCluster(spec, me, linkauth.load_secret(spec.secret_file))
-            cluster.node = args.node
-        shard = Shard(args.index, args.socket, args.max_queues, args.queue_idle_timeout, args.shards,
-                      args.direct_path, args.data_dir, args.fsync, args.fsync_interval,
-                      args.compact_after_bytes, args.history_dir, cluster,
-                      {"max_bytes": args.history_max_bytes, "max_age": args.history_max_age,
-                       "checkpoint": args.history_checkpoint}, args.numbers,
-                      HostIds(args.host_ids_fd) if args.host_ids_fd is not None else None)
-        if shard.durability is not None:
-            shard.recover()
-        if cluster is not None:
-            shard.join_cluster()
-            cluster.bind()
-            if shard.durability is not None and shard.durability.replicator is not None:
-                try:
-                    take_group(shard.durability, cluster.spec, cluster.me.ordinal, args.node,
-                               args.ordinal is not None)
-                except ValueError as err:   # groups.Deposed: another node was promoted meanwhile
-                    log.warning("shard %d does not start here: %s", cluster.me.ordinal, err)
-                    sys.exit(EXIT_DEPOSED)
-    except (StoreError, ValueError, OSError) as err:   # a damaged or unusable log, a bad cluster file, secret or cert
-        log.error("shard %d cannot start: %s", args.index, err)
-        with open(args.socket + ".refused", "w") as f:
-            f.write(str(err))   # for the supervisor's one line
-        sys.exit(EXIT_REFUSED)
-    if not args.no_metrics:
-        shard.stats.attach(shard.engine)   # from here on; replaying the log counted nothing
-    from .console import ShardConsole   # the web console's requests (queueserver/console)
-    serve_control(control_path(args.socket), lambda: shard.stats.snapshot(shard), ShardConsole(shard).handle,
-                  shard.cluster_view)
-    stop = stop_event()
-    settle_gc()
-    memwatch.start(f"shard-{args.index}")
-    server = gevent.spawn(shard.serve)
-    server.link(lambda g: stop.set())
-    stop.wait()
-    shard.say_stopping()
-    server.kill()
-    shard.stop()
-    if shard.history is not None:
-        shard.history.close()
-        log.info("shard %d history: %d records written, %d write errors", args.index,
-                 shard.history.records, shard.history.write_errors)
-    if shard.durability is not None:
-        shard.durability.close()
-        stats = shard.durability.stats()
-        log.info("shard %d log: %d records appended, %d fsyncs, %d records fsynced (at most %d "
-                 "in one), %d write errors, %d compactions, worst compaction pause %.1f ms",
-                 args.index, stats["appended_records"], stats["fsyncs"], stats["fsynced_records"],
-                 stats["max_records_per_fsync"], stats["write_errors"], stats["compactions"],
-                 stats["worst-compaction-pause-ms"])
-    for path in (args.socket, handoff_path(args.socket), args.socket + ".ready", control_path(args.socket)):
-        if os.path.exists(path):
-            os.unlink(path)
-    log.info("shard %d exiting", args.index)

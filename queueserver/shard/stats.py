@@ -7,7 +7,7 @@ the engine's observer, :meth:`ShardStats.observe` once :meth:`ShardStats.attach`
 made this the observer of the shard's engine, and only it (see
 :mod:`queueserver.engine.observer`). It looks at the job *before* the
 handler runs (its queue, whether it is leased, whether it has finished)
-and, where needed, after. Counting from ``Shard._take(fx)`` would see the
+and, where needed, after. Counting from ``Shard.take_effects(fx)`` would see the
 events only after the whole step, when a job may be gone already (a
 ``run`` job is deleted in the very step that completes it; a TTL removes
 the job its event names) and when later events of the step may have
@@ -70,7 +70,7 @@ import heapq
 import os
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Callable, Dict, Final, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Final, List, Optional, Protocol, Sequence, Set, Tuple
 
 from ..engine import job as J
 from ..engine.engine import Engine
@@ -86,7 +86,32 @@ from ..net.channel import FRAMES_SENT
 from .outcomes import history_event
 
 if TYPE_CHECKING:
-    from .shard import Shard
+    from .durability import Durability
+    from .history import HistoryWriter
+    from .peers import Peers
+
+
+class CountedShard(Protocol):
+    """What :meth:`ShardStats.snapshot` reads of the shard it counts for (a
+    :class:`~.shard.Shard`, which holds its statistics and so is not named here)."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def peers(self) -> Optional[Peers]: ...
+
+    @property
+    def requests_run(self) -> int: ...
+
+    @property
+    def request_turns(self) -> int: ...
+
+    @property
+    def durability(self) -> Optional[Durability]: ...
+
+    @property
+    def history(self) -> Optional[HistoryWriter]: ...
 
 #: Counter row layout: five counters, then the number of the queue's jobs leased now.
 ADDED: Final = 0
@@ -442,7 +467,7 @@ class ShardStats(EventObserver):
                     other[i] += value
         return out, other
 
-    def snapshot(self, shard: Optional["Shard"] = None) -> Dict[str, Any]:
+    def snapshot(self, shard: Optional[CountedShard] = None) -> Dict[str, Any]:
         """The control socket's answer: plain data (msgpack) for the supervisor."""
         engine = self.engine if shard is None else shard.engine
         rows, other = self.queue_rows()

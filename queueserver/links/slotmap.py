@@ -13,7 +13,7 @@ from __future__ import annotations
 from array import array
 from typing import Iterable, List, Sequence
 
-from ..cluster.slots import SLOTS, from_ranges, initial_owners, owner_runs
+from ..placement import SLOTS, from_ranges, initial_owners, owner_runs
 
 
 class SlotMap:

@@ -1,4 +1,5 @@
-"""The router's end of one shard's Unix socket.
+"""The asking end of a link to one shard: a router's to each shard, a
+shard's to each other shard (:mod:`queueserver.shard.peers`).
 
 ``call`` tags a request, queues its frame and remembers the callback; the
 reader greenlet calls it back when the answer comes, in whatever order the
@@ -6,7 +7,8 @@ shard answers. While the shard is down every call is answered at once with a
 server error, and the link keeps trying to reconnect.
 
 With the direct path, the link also holds the shard's handoff socket, over
-which client connections move to the shard and back (:mod:`..net.handoff`).
+which client connections move to the shard and back
+(:mod:`queueserver.net.handoff`).
 
 In a cluster, a shard of another host is reached over TCP: the link proves
 it knows the cluster's secret (and checks that the shard does too) before
@@ -53,7 +55,7 @@ LINK_PRIORITY: Final = 2          # libev's highest: before client sockets' watc
 STOPPING: Final = "stopping"
 
 #: the client behind a request: its router's description of the connection
-#: (:data:`queueserver.shard.clients.Description`, whose first item is its id);
+#: (:data:`queueserver.links.clients.Description`, whose first item is its id);
 #: None when there is none to name
 Context = Optional[List[Any]]
 #: what a TCP link presents: the cluster's shared secret and its TLS client context, if any

@@ -1,4 +1,5 @@
-"""The node's HTTP port: ``GET /metrics`` (Prometheus) and ``GET /status`` (JSON).
+"""The node's HTTP port: ``GET /metrics`` (Prometheus), ``GET /status``
+(JSON) and the web console on every other path.
 
 It runs in the supervisor, which has no event loop, so it is the standard
 library's :class:`http.server.ThreadingHTTPServer` in one daemon thread
@@ -7,8 +8,8 @@ library's :class:`http.server.ThreadingHTTPServer` in one daemon thread
 helper because it binds at once and serves the registry on every path,
 while we need the port bound before the children start (so that a port in
 use is the same one-line start-up error as a protocol's port) and need
-``/status`` beside ``/metrics``. A request thread asks
-the shards and routers (blocking sockets, :data:`~.control.ASK_TIMEOUT`
+``/status`` beside ``/metrics``. A request thread asks the shards and
+routers (blocking sockets, :data:`~queueserver.metrics.control.ASK_TIMEOUT`
 at most) and formats the answer with ``prometheus_client``'s own encoder,
 in the text format or OpenMetrics as the scraper's ``Accept`` asks.
 
@@ -28,18 +29,16 @@ import socket
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from ..config import Config
-from .collect import NodeCollector, NodeView
-
-if TYPE_CHECKING:
-    from ..console.app import ConsoleApp, Response
-    from ..console.source import ConsoleSource
+from ..metrics.collect import NodeCollector, NodeView
+from .app import ConsoleApp, Response
+from .source import ConsoleSource
 
 log = logging.getLogger("queueserver.metrics")
 
@@ -129,7 +128,7 @@ class _Handler(BaseHTTPRequestHandler):
             except _HANGUPS:
                 self.close_connection = True
 
-    def _console(self, console: "ConsoleApp", method: str) -> None:
+    def _console(self, console: ConsoleApp, method: str) -> None:
         body = b""
         if method == "POST":
             if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
@@ -155,7 +154,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._answer(console.handle(method, self.path, headers, body, self.client_address[0]),
                      head=method == "HEAD")
 
-    def _answer(self, response: "Response", head: bool = False) -> None:
+    def _answer(self, response: Response, head: bool = False) -> None:
         self.send_response(response.status)
         for name, value in response.all_headers():
             self.send_header(name, value)
@@ -191,8 +190,8 @@ class NodeMetrics:
         self.registry.register(NodeCollector(self.view))
         self._server: Optional[_Server] = None
         self._thread: Optional[threading.Thread] = None
-        self.source: Optional["ConsoleSource"] = None   # the console's (None: /metrics and /status only)
-        self.console: Optional["ConsoleApp"] = None
+        self.source: Optional[ConsoleSource] = None   # the console's (None: /metrics and /status only)
+        self.console: Optional[ConsoleApp] = None
 
     @property
     def port(self) -> int:
@@ -237,8 +236,6 @@ def node_metrics(config: Config, runtime_file: Callable[[str], str]) -> NodeMetr
     routers = {i: runtime_file(f"router-{i}.ctl") for i in range(config.routers)}
     node = NodeMetrics(metrics.bind or config.bind, metrics.port, config.node, shards, routers)
     node.bind()
-    from ..console.app import ConsoleApp
-    from ..console.source import ConsoleSource
     node.source = ConsoleSource(config, runtime_file)
     node.console = ConsoleApp(node.source, config.node or socket.gethostname())
     return node

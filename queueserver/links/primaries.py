@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, Iterable, List, Optional, Set
 
-from ..cluster.clusterfile import ClusterSpec
-from ..cluster.slots import MAX_SHARDS, SLOTS
+from ..cluster.clusterfile import MAX_SHARDS, ClusterSpec
+from ..placement import SLOTS
 from .shardlink import Address, ShardLink, where
 
 log = logging.getLogger("queueserver.router")

@@ -20,7 +20,7 @@ directory heard of it, a lookup sent to the twin's shard only.
 
 Job numbers (goqueue's ids) are not kept here: the shards take them in
 blocks, and the block table says which shard made a number
-(:mod:`queueserver.numbers`).
+(:mod:`queueserver.jobnumbers`).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ _BUCKET_BITS: Final = 14
 BUCKETS: Final = 1 << _BUCKET_BITS
 _BUCKET_SHIFT: Final = 64 - _BUCKET_BITS
 _PREFIX_MASK: Final = 0xFFFF_FFFF  # an entry's first 4 bytes: the hash's low 32 bits, below the bucket's
-_SLOT_MASK: Final = 16383          # the hash's low 14 bits: the id's cluster slot (cluster.slots.slot_of)
+_SLOT_MASK: Final = 16383          # the hash's low 14 bits: the id's cluster slot (placement.slot_of)
 _ENTRY: Final = 5
 _SHARED_CODE: Final = 0xFF         # an entry's last byte: its shard, or this
 _CODES: Final = [bytes((code,)) for code in range(256)]
@@ -57,7 +57,7 @@ def _aligned(bucket: bytes, prefix: bytes, i: int) -> int:
 
 class JobDirectory:
     """Where each job id lives. (Job numbers are found by their block:
-    :mod:`queueserver.numbers`.)"""
+    :mod:`queueserver.jobnumbers`.)"""
 
     __slots__ = ("_buckets", "_count")
 

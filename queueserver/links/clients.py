@@ -11,7 +11,7 @@ A client connection reaches a shard in one of two ways:
   ``[0, "client", description]``; the requests themselves then carry only
   the connection's id (``origin``), and ``[0, "left", origin]`` says it
   closed. The shard keeps a :class:`ClientRecord` per (link, origin).
-* **on the direct path** (:mod:`.direct`): the description travels with the
+* **on the direct path** (:mod:`queueserver.shard.direct`): the description travels with the
   connection's hand-over (:class:`queueserver.net.handoff.Move`), and the
   shard's direct server keeps the record while it serves the connection.
 

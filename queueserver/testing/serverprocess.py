@@ -27,7 +27,7 @@ import tempfile
 import time
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
-from .protocols import DEFAULT_PORTS
+from ..protocols import DEFAULT_PORTS
 
 HOST = "127.0.0.1"
 STARTUP_TIMEOUT = 30.0
