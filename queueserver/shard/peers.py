@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import Any, Callable, Dict, Final, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Final, List, Optional, Sequence, Set, Tuple
 
 import gevent
 
@@ -68,6 +68,8 @@ class Peers:
         #: a cluster on etcd: where its supervisor says each primary is, and which nodes live
         self.primaries: Optional[PrimaryPlaces] = None
         self._claims: List[Tuple[str, Verdict]] = []
+        self._claiming: Set[int] = set()   # homes with a claims frame unanswered
+        self._claims_held: Dict[int, List[Tuple[str, Verdict]]] = {}   # home -> claims waiting for it
         self._forgets: Dict[int, List[str]] = {}
         self._forget_due = False
         self._scheduled = False
@@ -152,14 +154,34 @@ class Peers:
             gevent.get_hub().loop.run_callback(self.flush)
 
     def flush(self) -> None:
-        """Send what this loop turn gathered: one claims frame per home."""
+        """Send what this loop turn gathered: one claims frame per home, but
+        never two at once to one home. While a home's frame is unanswered,
+        later claims wait for its answer and then leave together: an idle
+        home hears of a claim at once, and a busy one gets fewer, fuller
+        frames (the frames per add fall as the load rises)."""
         self._scheduled = False
         claims, self._claims = self._claims, []
-        if claims:
-            def verdicts(replies: List[Reply]) -> None:
-                for (_, verdict), reply in zip(claims, replies):
-                    verdict(reply)
-            self.route("claims", [id for id, _ in claims], verdicts)
+        by_home: Dict[int, List[Tuple[str, Verdict]]] = {}
+        for claim in claims:
+            by_home.setdefault(self.home_of(claim[0]), []).append(claim)
+        for home, part in by_home.items():
+            if home in self._claiming:
+                self._claims_held.setdefault(home, []).extend(part)
+            else:
+                self._send_claims(home, part)
+
+    def _send_claims(self, home: int, claims: List[Tuple[str, Verdict]]) -> None:
+        self._claiming.add(home)
+
+        def verdicts(replies: List[Reply]) -> None:
+            self._claiming.discard(home)
+            held = self._claims_held.pop(home, None)
+            if held:
+                self._send_claims(home, held)
+            for (_, verdict), reply in zip(claims, replies):
+                verdict(reply)
+
+        self.route("claims", [id for id, _ in claims], verdicts)
 
     # ------------------------------------------------------------- routing
     def route(self, op: str, ids: List[str], results: Results, attempt: int = 0) -> None:
