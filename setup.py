@@ -33,6 +33,7 @@ COMPILED = [
     "queueserver/shard/shard.py", "queueserver/shard/direct.py", "queueserver/shard/durability.py",
     "queueserver/shard/stats.py", "queueserver/shard/outcomes.py", "queueserver/shard/idhome.py",
     "queueserver/shard/peers.py", "queueserver/shard/history.py", "queueserver/shard/hostids.py",
+    "queueserver/shard/homes.py", "queueserver/shard/numbering.py",
     "queueserver/router/router.py", "queueserver/router/fanout.py", "queueserver/router/jobcache.py",
     "queueserver/router/clusterrouter.py",
     "queueserver/links/shardlink.py", "queueserver/links/directory.py", "queueserver/links/slotmap.py",

@@ -1,27 +1,26 @@
 """The supervisor: binds the client ports, starts the shard and router
 processes, restarts any that dies, and stops them all on SIGTERM/SIGINT.
+In a replicated cluster on etcd, which processes it runs for each shard
+group (and when its primaries must stop) is :mod:`.cluster.failover`'s to say.
 
 It runs no event loop and touches no client traffic. It owns the listening
 sockets and hands them to every router, so several routers share the ports
 (the kernel gives each new connection to one of them) and a restarted router
 serves the very same ports. Routers and shards talk over Unix sockets in a
-private runtime directory (mode 0700, sockets 0600) that the supervisor locks
-for its whole life. A failure to start is a :class:`StartupError`: one line
-for the operator, raised before anything another server uses is touched.
+private runtime directory (mode 0700, sockets 0600: :mod:`.runtimedir`)
+that the supervisor locks for its whole life. A failure to start is a
+:class:`StartupError`: one line for the operator, raised before anything
+another server uses is touched.
 """
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
-import stat
 import subprocess
 import sys
-import tempfile
 import time
 from types import FrameType
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
@@ -31,16 +30,16 @@ from .config import DEFAULT_METRICS_PORT, Config
 from .net import linkauth
 from .protocols import DEFAULT_PORTS
 from .datadir import DataDir, LayoutError
-from .dirlock import DirectoryBusy, lock_directory
 from .cluster.roles import FOLLOWER, PRIMARY_COPY, PRIMARY_HOME
 from .lifecycle import EXIT_DEPOSED, EXIT_REFUSED, SUPERVISOR_PID, python_command
-from .listening import BindError, bind_failure, bind_listeners, reason
+from .listening import BindError, bind_failure, bind_listeners
 from .jobnumbers import FILE_NAME as NUMBERS_FILE
+from .runtimedir import RuntimeDir, RuntimeDirError
 
 if TYPE_CHECKING:   # imported where used (etcd's client, prometheus_client: only when needed), or types
-    from .cluster.coordination import Etcd, Membership
+    from .cluster.coordination import Membership
+    from .cluster.failover import Failover
     from .cluster.resumer import Resumer
-    from .cluster.roles import FailoverWatch
     from .cluster.watch import ClusterWatch
     from .console.http import NodeMetrics
     from .router.config import ClusterPlace, RouterConfig
@@ -49,12 +48,6 @@ log = logging.getLogger("queueserver.supervisor")
 
 STOP_GRACE = 5.0
 MAX_BACKOFF = 5.0
-
-
-#: Share of the etcd lease's TTL without a refresh after which a node's
-#: primaries stop: well before etcd lets the lease lapse and a follower is
-#: promoted (our clock starts later than etcd's, at the answer).
-FENCE_AFTER = 0.6
 
 
 def own_index(cluster: ClusterSpec, node: str, ordinal: int) -> int:
@@ -94,99 +87,6 @@ class StartupError(Exception):
         self.status = status
 
 
-class RuntimeDir:
-    """The private directory of one running server, held by an exclusive lock.
-
-    It holds the shard sockets, the routers' readiness files, ``ports.json``
-    and ``lock`` (with the supervisor's pid). The lock is taken before
-    anything in the directory is touched, so a second server pointed at the
-    same directory leaves the running one alone. A directory that is a
-    symlink or belongs to another user is refused rather than chmod-ed: its
-    owner may rely on what is in it, and sockets there would not be private.
-    """
-
-    def __init__(self, path: Optional[str]) -> None:
-        self.temporary = path is None
-        self.path = path or ""
-        self._lock_fd: Optional[int] = None
-
-    def acquire(self) -> None:
-        """Make (or check) the directory and lock it; :class:`StartupError` if it cannot be ours."""
-        try:
-            if self.temporary:
-                self.path = tempfile.mkdtemp(prefix="queueserver-")  # created 0700
-            else:
-                self._make_private()
-            self._lock()
-            self._remove_run_files()  # an earlier run's readiness means nothing now
-        except OSError as err:
-            raise StartupError(f"cannot use runtime directory {self.path or tempfile.gettempdir()}: "
-                               f"{reason(err)}", 1) from None
-
-    def _make_private(self) -> None:
-        path = self.path
-        fix = "pick another with --runtime-dir"
-        try:
-            os.makedirs(path, 0o700)
-        except FileExistsError:
-            pass
-        except OSError as err:
-            raise StartupError(f"cannot create runtime directory {path}: {reason(err)} ({fix})") from None
-        info = os.lstat(path)
-        if stat.S_ISLNK(info.st_mode):
-            raise StartupError(f"refusing runtime directory {path}: it is a symbolic link; give the real "
-                               f"directory or {fix}")
-        if not stat.S_ISDIR(info.st_mode):
-            raise StartupError(f"runtime directory {path} is not a directory ({fix})")
-        if info.st_uid != os.geteuid():
-            raise StartupError(f"refusing runtime directory {path}: it is owned by uid {info.st_uid}, not "
-                               f"by this server's user (uid {os.geteuid()}); chown it or {fix}")
-        if stat.S_IMODE(info.st_mode) != 0o700:
-            try:
-                os.chmod(path, 0o700)
-            except OSError as err:
-                raise StartupError(f"cannot make runtime directory {path} private (0700): "
-                                   f"{reason(err)} ({fix})") from None
-
-    def _lock(self) -> None:
-        try:
-            self._lock_fd = lock_directory(self.path, "runtime directory", "--runtime-dir")
-        except DirectoryBusy as err:
-            raise StartupError(str(err)) from None
-
-    def file(self, name: str) -> str:
-        return os.path.join(self.path, name)
-
-    @property
-    def lock_fd(self) -> Optional[int]:
-        return self._lock_fd
-
-    def _remove_run_files(self) -> None:
-        """Readiness files, ``ports.json``, shard and control sockets: what a run leaves."""
-        for name in os.listdir(self.path):
-            if name.startswith("ports.json") or name.endswith((".ready", ".refused", ".ctl")) or (
-                    name.startswith("shard-") and name.endswith(".sock")) or name == NUMBERS_FILE:
-                try:
-                    os.unlink(self.file(name))
-                except FileNotFoundError:
-                    pass
-
-    def release(self) -> None:
-        """Clean up after a stop: a temporary directory goes; from a given one
-        the run's files go, so nobody mistakes it for a live server."""
-        if self._lock_fd is None:
-            return
-        if self.temporary:
-            shutil.rmtree(self.path, ignore_errors=True)
-        else:
-            try:
-                self._remove_run_files()
-            except OSError as err:
-                log.warning("could not clean runtime directory %s: %s", self.path, err)
-        os.close(self._lock_fd)
-        self._lock_fd = None
-
-
 class Supervisor:
     def __init__(self, config: Config, listeners: Optional[Dict[str, socket.socket]] = None) -> None:
         """``listeners``: the client ports, if already bound (see :mod:`.listening`)."""
@@ -205,11 +105,8 @@ class Supervisor:
         self.metrics: Optional[NodeMetrics] = None   # the HTTP port of /metrics and /status (None: off)
         #: this node's lease in etcd (a cluster file with [etcd] only)
         self.membership: Optional[Membership] = None
-        #: a replicated cluster on etcd: what this node runs in each shard group, and its failover watch
-        self.etcd: Optional[Etcd] = None
-        self.roles: Optional[Dict[int, str]] = None
-        self.failover: Optional[FailoverWatch] = None
-        self._fenced = False
+        #: a replicated cluster on etcd: what this node runs in each shard group, its failover and fencing
+        self.failover: Optional[Failover] = None
         #: a cluster on etcd: the watch that tells this node's routers where slots and primaries are
         self.cluster_watch: Optional[ClusterWatch] = None
         #: a cluster on etcd: the watch that finishes slot moves whose driver died
@@ -246,7 +143,7 @@ class Supervisor:
                     for i, path in enumerate(sockets)]
         if self.cluster is not None and self.cluster.replicas and self.data is not None:
             assert config.node is not None
-            roles = self.roles if self.roles is not None else {   # without etcd: no failover
+            roles = self.failover.roles if self.failover is not None else {   # without etcd: no failover
                 shard.ordinal: FOLLOWER for shard in self.cluster.shards()
                 if config.node in self.cluster.followers_of(shard.ordinal)}
             own = {shard.ordinal: shard.index for shard in self.cluster.shards_of(config.node)}
@@ -324,27 +221,13 @@ class Supervisor:
         cluster = self.cluster
         if cluster is None or not cluster.replicas or cluster.etcd is None:
             return
-        from .cluster.coordination import AuthenticationError, CoordinationError, Etcd
-        from .cluster.groups import read_all
-        from .cluster.roles import FailoverWatch, plan
+        from .cluster.coordination import AuthenticationError   # etcd's client: only where it is used
+        from .cluster.failover import Failover
         assert self.config.node is not None
-        self.etcd = Etcd(cluster.etcd)
-        while not self._stopping:
-            try:
-                groups = read_all(self.etcd)
-                break
-            except AuthenticationError as err:   # etcd came back, and refuses the file's credentials
-                raise StartupError(str(err)) from None
-            except CoordinationError as err:
-                log.warning("etcd does not answer (%s); a replicated node starts once it does", err)
-                time.sleep(1.0)
-        else:
-            return
-        self.roles = plan(cluster, self.config.node, groups)
-        self.failover = FailoverWatch(self.etcd, self.config.node)
-        self.failover.following = [k for k, role in self.roles.items() if role == FOLLOWER]
-        log.info("node %s in its shard groups: %s", self.config.node,
-                 ", ".join(f"{k}: {role}" for k, role in sorted(self.roles.items())) or "none")
+        try:
+            self.failover = Failover.coordinate(cluster, self.config.node, lambda: self._stopping)
+        except AuthenticationError as err:   # etcd came back, and refuses the file's credentials
+            raise StartupError(str(err)) from None
 
     def _watch_cluster(self) -> None:
         """A cluster on etcd: its routers follow the slot map and primaries
@@ -365,18 +248,16 @@ class Supervisor:
 
     def _take_over(self) -> None:
         """Promotions the failover watch won: stop the follower, serve its copy."""
-        if self.failover is None or self.roles is None:
+        if self.failover is None:
             return
-        while not self.failover.promoted.empty():
-            ordinal, _group = self.failover.promoted.get()
+        for ordinal in self.failover.promotions():
             follower = next((c for c in self.children if c.name == f"follower-{ordinal}"), None)
             if follower is not None:
                 if follower.process is not None and follower.process.poll() is None:
                     follower.process.terminate()
                 self._reap(follower, time.monotonic() + STOP_GRACE)
                 self.children.remove(follower)
-            self.roles[ordinal] = PRIMARY_COPY
-            self.failover.following = [k for k, role in self.roles.items() if role == FOLLOWER]
+            self.failover.runs(ordinal, PRIMARY_COPY)
             assert self.cluster is not None and self.config.node is not None
             own = {s.ordinal: s.index for s in self.cluster.shards_of(self.config.node)}
             child = self._group_child(ordinal, PRIMARY_COPY, own.get(ordinal, 0))
@@ -394,69 +275,47 @@ class Supervisor:
     def _replan(self, child: Child) -> bool:
         """A shard that found another node its group's primary (a promotion
         raced this node's start): run what etcd says for that group instead."""
-        cluster, node = self.cluster, self.config.node
-        if cluster is None or node is None or self.etcd is None or self.roles is None:
+        cluster, node, failover = self.cluster, self.config.node, self.failover
+        if cluster is None or node is None or failover is None:
             return False
-        from .cluster.coordination import CoordinationError
-        from .cluster.groups import read_all
-        from .cluster.roles import plan
         own = {s.index: s.ordinal for s in cluster.shards_of(node)}
         name = child.name
         ordinal = own.get(int(name[6:]), -1) if name.startswith("shard-") else int(name.split("-")[1])
-        try:
-            role = plan(cluster, node, read_all(self.etcd)).get(ordinal)
-        except CoordinationError:
+        role = failover.replan(ordinal)
+        if role is None:
             return False   # restarted as usual; it finds out again
-        if role is None or role == self.roles.get(ordinal):
-            return False
-        log.warning("shard %d's primary is another node now: node %s follows it", ordinal, node)
         self.children.remove(child)
-        self.roles[ordinal] = role
         fresh = self._group_child(ordinal, role, own_index(cluster, node, ordinal))
         self.children.append(fresh)
         fresh.start()
-        if self.failover is not None:
-            self.failover.following = [k for k, r in self.roles.items() if r == FOLLOWER]
+        failover.runs(ordinal, role)
         return True
 
     def _fence(self) -> None:
         """A node whose etcd lease may have lapsed must not acknowledge as a
         primary: its primaries stop (SIGKILL) before the lease's TTL is over,
-        and run again only if etcd still names this node once the lease is back."""
-        membership, cluster = self.membership, self.cluster
-        if membership is None or self.roles is None or cluster is None or cluster.etcd is None:
+        and run again only if etcd still names this node once the lease is back
+        (see :mod:`.cluster.failover`)."""
+        membership, cluster, failover = self.membership, self.cluster, self.failover
+        if membership is None or failover is None or cluster is None:
             return
         primaries = [c for c in self.children if c.name.startswith(("shard-", "takeover-"))]
-        if membership.silent_for() > cluster.etcd.lease_ttl * FENCE_AFTER:
-            if not self._fenced:
-                self._fenced = True
-                if self.failover is not None:
-                    self.failover.paused.set()
-                log.error("no etcd lease refresh for %.1f s: this node's primaries stop (another node "
-                          "may be promoted in their place)", membership.silent_for())
+        if failover.silent(membership):
+            if not failover.fenced:
+                failover.fence(membership)
                 for child in primaries:
                     child.held = True
                     if child.process is not None and child.process.poll() is None:
                         child.process.kill()
             return
-        if self._fenced and membership.registered.is_set():
-            from .cluster.coordination import CoordinationError
-            from .cluster.groups import read_all
-            from .cluster.roles import plan
-            assert self.etcd is not None and self.config.node is not None
-            try:
-                groups = read_all(self.etcd)
-            except CoordinationError:
-                return
-            self._fenced = False
-            roles = plan(cluster, self.config.node, groups)
-            log.warning("etcd lease back: node %s in its shard groups: %s", self.config.node,
-                        ", ".join(f"{k}: {role}" for k, role in sorted(roles.items())))
+        if failover.fenced and membership.registered.is_set():
+            changed = failover.lease_back()
+            if changed is None:
+                return   # etcd cannot be read yet
+            assert self.config.node is not None
             own = {s.ordinal: s.index for s in cluster.shards_of(self.config.node)}
             by_name = {c.name: c for c in self.children}
-            for ordinal, role in roles.items():
-                if role == self.roles.get(ordinal):
-                    continue
+            for ordinal, role in changed.items():
                 for name in (f"shard-{own.get(ordinal, -1)}", f"takeover-{ordinal}", f"follower-{ordinal}"):
                     old = by_name.get(name)
                     if old is not None:
@@ -468,10 +327,7 @@ class Supervisor:
                     fresh.start()
             for child in self.children:
                 child.held = False
-            self.roles = roles
-            if self.failover is not None:
-                self.failover.following = [k for k, role in roles.items() if role == FOLLOWER]
-                self.failover.paused.clear()
+            failover.resume()
 
     def _numbers_file(self) -> str:
         """Where the shards take blocks of job numbers: the data directory's
@@ -584,7 +440,10 @@ class Supervisor:
             self._join_cluster()
         try:
             self._bind()   # first: a client connecting from now on waits in the backlog
-            self.runtime.acquire()
+            try:
+                self.runtime.acquire()
+            except RuntimeDirError as err:
+                raise StartupError(str(err), err.status) from None
         except BaseException:
             self._close_listeners()
             raise
@@ -658,7 +517,8 @@ class Supervisor:
         node = self.cluster.node(self.config.node)
         info = {"host": node.host, "shards": node.shards,
                 "metrics_port": self.metrics.port if self.metrics is not None else None}
-        self.membership = Membership(self.etcd or Etcd(self.cluster.etcd), node.name, info)
+        self.membership = Membership(self.failover.etcd if self.failover is not None else Etcd(self.cluster.etcd),
+                                     node.name, info)
         self.membership.start()
         self.resumer = Resumer(self.cluster, node.name).start()
 

@@ -216,7 +216,7 @@ class ServedShard:
         self.alone = alone
         self.shard: Optional[Shard] = Shard(index, path, shards=shards, direct_path=direct_path,
                                             numbers=numbers_file(path))
-        self.shard.await_peers = not alone
+        self.shard.homes.await_peers = not alone
         self.greenlet = gevent.spawn(self.shard.serve)
         eventually(lambda: os.path.exists(path), f"shard {index} to listen")
 

@@ -34,6 +34,9 @@ other. The order follows what each needs to do its job, never who runs it:
 * the **console** (and the node's HTTP port), the data directory's layout
   and the binding of the listeners are the supervisor's parts, which read
   shards' outcomes (a history line) but run in the supervisor;
+* the **runtime directory** (where the processes' sockets meet) words an
+  OS error as the binding of the listeners does (with its ``reason``), so
+  it sits above them;
 * the **supervisor** starts and watches the processes; the command line,
   the Spark data source and the test tooling are entry points above it all.
 
@@ -71,6 +74,7 @@ LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("links",),
     ("shard", "router"),
     ("console", "datadir", "listening"),
+    ("runtimedir",),
     ("supervisor",),
     ("cli", "spark", "testing"),
     ("__main__",),

@@ -194,16 +194,14 @@ def server_sent_ops() -> Dict[str, Set[str]]:
     return sent
 
 
-def shard_compared_ops() -> Set[str]:
-    """Every string the shard's modules compare a name ``op`` with (what its
-    frame handling tells apart)."""
-    compared: Set[str] = set()
-    for tree in _trees(PACKAGE / "shard").values():
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "op":
-                for right in node.comparators:
-                    compared |= _constants(right)
-    return compared
+def shell_handlers() -> Dict[str, int]:
+    """The requests the shard's shell has a handler for, beside the engine:
+    op -> ``ops.ID_HOME`` (the id homes' table) or ``ops.CLUSTER`` (the
+    cluster operations')."""
+    from queueserver.shard import clusterops, homes
+    handlers = {name: ops.ID_HOME for name in homes.REQUESTS}
+    handlers.update({name: ops.CLUSTER for name in clusterops.REQUESTS})
+    return handlers
 
 
 def decoded(protocol: str, data: bytes) -> Command:
@@ -260,7 +258,7 @@ def run(protocol: str, data: bytes) -> Seen:
 SEEN: List[Seen] = [run(protocol, data) for protocol, samples in SAMPLES.items() for data in samples]
 MADE: Dict[str, Set[str]] = {protocol: codec_ops(protocol) for protocol in PROTOCOLS}
 SENT: Dict[str, Set[str]] = server_sent_ops()
-SHARD_TELLS_APART: Set[str] = shard_compared_ops()
+SHELL: Dict[str, int] = shell_handlers()
 
 
 def expected_budget(entry: ops.Op, args: Any) -> Optional[int]:
@@ -282,7 +280,7 @@ def expected_budget(entry: ops.Op, args: Any) -> Optional[int]:
 def problems(table: Dict[str, ops.Op], event_kinds: Dict[str, ops.EventKind],
              requests: Dict[str, Any], events: Dict[str, Any],
              made: Dict[str, Set[str]], seen: List[Seen], sent: Dict[str, Set[str]],
-             shard_tells_apart: Set[str]) -> List[str]:
+             shell: Dict[str, int]) -> List[str]:
     """Everything on which the table, the engine, the codecs and what the
     requests did disagree (empty: they agree)."""
     out: List[str] = []
@@ -312,8 +310,11 @@ def problems(table: Dict[str, ops.Op], event_kinds: Dict[str, ops.EventKind],
     for name, entry in sorted(table.items()):
         if not entry.flags & (ops.FROM_CLIENT | ops.ENGINE) and name not in sent and name not in undoes:
             out.append(f"{name}: neither a client's nor the engine's, and nothing sends it")
-        if entry.flags & (ops.ID_HOME | ops.CLUSTER) and name not in shard_tells_apart:
-            out.append(f"{name}: the table has the shard's shell serve it; the shard never tells it apart")
+        for flag, part in ((ops.ID_HOME, "id home"), (ops.CLUSTER, "cluster shell")):
+            if entry.flags & flag and shell.get(name) != flag:
+                out.append(f"{name}: the table has the shard's {part} serve it; it has no handler for it")
+            if shell.get(name) == flag and not entry.flags & flag:
+                out.append(f"{name}: the shard's {part} serves it; the table does not say so")
         if (entry.delivery != ops.NO_DELIVERY) != (entry.undo is not None):
             out.append(f"{name}: a delivery needs the request that gives its job back, and only one")
         if entry.undo is not None and entry.undo not in requests:
@@ -354,7 +355,7 @@ def problems(table: Dict[str, ops.Op], event_kinds: Dict[str, ops.EventKind],
 def _problems(**changed: Any) -> List[str]:
     parts: Dict[str, Any] = dict(table=ops.OPS, event_kinds=ops.EVENT_KINDS, requests=REQUESTS,
                                  events=EVENTS, made=MADE, seen=SEEN, sent=SENT,
-                                 shard_tells_apart=SHARD_TELLS_APART)
+                                 shell=SHELL)
     parts.update(changed)
     return problems(**parts)
 
@@ -374,6 +375,19 @@ def test_an_operation_missing_from_the_table_is_found(name):
     table = {k: v for k, v in ops.OPS.items() if k != name}
     found = _problems(table=table)
     assert any(p.startswith(f"{name}:") or f"{name} (" in p for p in found), found
+
+
+@pytest.mark.parametrize("name", sorted(SHELL))
+def test_an_operation_missing_from_the_shards_shell_is_found(name):
+    """An id home's or a cluster's operation with no handler in the shard
+    (its frames would go to the engine, which knows nothing of them), or a
+    handler the table does not route to."""
+    found = _problems(shell={k: v for k, v in SHELL.items() if k != name})
+    assert any(p.startswith(f"{name}: the table has the shard's") for p in found), found
+    entry = ops.OPS[name]
+    table = dict(ops.OPS)
+    table[name] = entry._replace(flags=entry.flags & ~(ops.ID_HOME | ops.CLUSTER))
+    assert any(p.startswith(f"{name}: the shard's") for p in _problems(table=table))
 
 
 @pytest.mark.parametrize("name", sorted(REQUESTS))

@@ -14,7 +14,8 @@ second it reads which nodes hold a lease, and for each group this node
 follows whose primary's node has none, it tries the compare-and-swap of
 :func:`.groups.promote` (which succeeds only if this node is in the group's
 in-sync set). Each promotion is handed to the supervisor's loop, which
-stops the follower and starts the shard from its copy.
+stops the follower and starts the shard from its copy (:mod:`.failover`
+keeps the node's roles, its promotions and its fencing).
 """
 from __future__ import annotations
 

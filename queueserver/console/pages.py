@@ -4,6 +4,12 @@ functions from data to HTML (no I/O), so each is tested by calling it.
 Forms that act (delete, requeue, purge) carry a password field for the
 token and the hidden CSRF field the app hands in (``csrf``); nothing here
 decides who may act (that is :mod:`.auth`).
+
+Why one module, though over 600 lines: each page is one function of a few
+dozen lines, and they share the pieces before them (a job list, with its
+filters, pager and bulk form, is on the queue and the failed pages alike;
+the rate charts on the overview and a queue's page); there is no state
+here to split along.
 """
 from __future__ import annotations
 

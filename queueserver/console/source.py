@@ -43,6 +43,11 @@ most active queues.
 Idents: a job's id is a UUID (any case; the engine keeps them lower case),
 its number (goqueue, takeanumber) a decimal number; anything else is a
 :class:`~.errors.BadRequest`.
+
+Why one module, though a long one: :class:`ConsoleSource` is the console's
+one way to its data (the pages, the API and the actions call nothing
+else), and its parts (overview, workers, jobs, cluster, actions) share the
+asking of shards and nodes, its timeouts and the mapping of their errors.
 """
 from __future__ import annotations
 

@@ -53,6 +53,12 @@ removed (``advance`` does it, and ``next_deadline`` includes it). At most
 ``max_queues`` queues exist; a request that would create one more first
 drops the longest-unused queue, and fails with ``Too many queues`` when
 every queue is in use.
+
+Why one module, though a long one: every request handler and the event
+handlers it applies change the same state under the invariants of the
+table above, which must be checkable in one reading; the parts that stand
+alone are apart already (:mod:`.jobqueue`, :mod:`.timers`, :mod:`.views`,
+:mod:`.browse`, :mod:`.ownership`, :mod:`.ops`).
 """
 from __future__ import annotations
 

@@ -36,6 +36,10 @@ script the charts are whole and static. SVG rather than an image: the
 values under the pointer, a zoom that stays sharp, and a few kilobytes per
 chart (a series is one path; bars and heat-map cells only where there is
 something to draw).
+
+Why one module, though over 600 lines: what a chart is drawn as (its
+:class:`Plan`: bars or steps, linear or log, headroom) and its drawing are
+read together; the script that zooms it is apart (:mod:`.chartscript`).
 """
 from __future__ import annotations
 

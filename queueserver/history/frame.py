@@ -19,6 +19,11 @@ the value at the nearest rank, ``sorted[ceil(p * n) - 1]``: what Spark's
 relative rank error is 1/10,000; beyond that it may pick a neighbour).
 
 Nothing here imports pyspark until :meth:`Expr.spark` is called.
+
+Why one module, though over 600 lines: each expression keeps its Spark and
+its Python side in one class, so that they cannot drift apart, and the
+plain-Python frame that evaluates them (:class:`RowFrame`) sits beside them,
+as :mod:`.sparkframe` sits beside Spark.
 """
 from __future__ import annotations
 

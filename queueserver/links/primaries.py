@@ -7,16 +7,18 @@ Etcd knows at once: the node's supervisor watches each group's record
 control sockets ``["cluster", "view", runs, primaries, nodes]``. This
 module is the part both take it with: the view's check, sending a link to
 the primary a view names (never back to an older one), and marking the
-links to shards served by a node that holds no etcd lease as down.
+links to shards served by a node that holds no etcd lease as down; and,
+before any view, every place the cluster file says a primary may be
+(:func:`shard_places`).
 """
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Iterable, List, Optional, Set
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set
 
 from ..cluster.clusterfile import MAX_SHARDS, ClusterSpec
 from ..placement import SLOTS
-from .shardlink import Address, ShardLink, where
+from .shardlink import Address, Places, ShardLink, where
 
 log = logging.getLogger("queueserver.router")
 
@@ -41,6 +43,28 @@ def view_problem(runs: Any, primaries: Any, nodes: Any = None) -> str:
     if nodes is not None and not (isinstance(nodes, list) and all(isinstance(n, str) for n in nodes)):
         return f"the nodes holding a lease must be a list of names, not {nodes!r:.60}"
     return ""
+
+
+def shard_places(spec: ClusterSpec, node: str, local: Callable[[int], str]) -> List[Places]:
+    """Where a process of ``node`` reaches each shard of ``spec``, by ordinal:
+    a shard of this node at its Unix socket (``local(index)``), any other at
+    its TCP address; with replicas, every place its primary may serve (a
+    follower's node, after a failover), its home first; None for a shard of
+    a removed node."""
+    removed = {n.name for n in spec.nodes if n.removed}
+    addresses: List[Places] = []
+    for shard in spec.shards():
+        if shard.node in removed:
+            addresses.append(None)
+            continue
+        here: Address = local(shard.index) if shard.node == node else (shard.host, shard.port)
+        if spec.replicas:
+            places: List[Address] = [here]   # its home's TCP address too: a copy taken over here
+            places += [a for a in spec.candidates(shard.ordinal) if a != here]
+            addresses.append(places)
+        else:
+            addresses.append(here)
+    return addresses
 
 
 class PrimaryPlaces:

@@ -31,6 +31,10 @@ Names are checked by the shared rule (:func:`.base.valid_queue_name`) and
 workq's own charset ``[A-Za-z0-9_.-]`` on top (``Invalid Name``). Replies
 print names through :func:`.base.name_token`, so a name that came from
 another protocol cannot break a reply's lines.
+
+Why one module, though over 600 lines: each protocol's codec is one module
+(its requests' parsing, their validation order and its replies' text, as
+the original server has them), and workq has the most commands.
 """
 from __future__ import annotations
 

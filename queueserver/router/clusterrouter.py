@@ -34,7 +34,7 @@ from ..engine.status import MOVED, NOT_FOUND, SERVER_ERROR, Reply
 from ..net import linkauth
 from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, Command
 from .fanout import FirstFound, Gather, SpreadLease
-from ..links.primaries import PrimaryPlaces, view_problem
+from ..links.primaries import PrimaryPlaces, shard_places, view_problem
 from .router import Located, Pending, Router
 from ..links.shardlink import Address, Auth, Places, ShardLink, where
 from ..links.slotmap import SlotMap
@@ -59,19 +59,7 @@ class ClusterRouter(Router):
         """Links to every shard of ``cluster["file"]``, seen from node ``cluster["node"]``."""
         spec = load_cluster(cluster["file"])
         secret, tls = linkauth.client_credentials(spec.secret_file, spec.tls)
-        removed = {node.name for node in spec.nodes if node.removed}
-        addresses: List[Places] = []
-        for shard in spec.shards():
-            if shard.node in removed:
-                addresses.append(None)
-                continue
-            here: Address = sockets[shard.index] if shard.node == cluster["node"] else (shard.host, shard.port)
-            if spec.replicas:   # after a failover its primary serves on a follower's node
-                places: List[Address] = [here]   # its home's TCP address too: a copy taken over here
-                places += [a for a in spec.candidates(shard.ordinal) if a != here]
-                addresses.append(places)
-            else:
-                addresses.append(here)
+        addresses = shard_places(spec, cluster["node"], sockets.__getitem__)
         router = cls(spec, addresses, options, index, routers, limits, direct_path, history, auth=(secret, tls))
         router.key = f"{cluster['node']}/{router.index}"   # router 0 of every node: told apart
         router.node = router.primaries.node = cluster["node"]

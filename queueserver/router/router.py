@@ -21,6 +21,11 @@ it on again later. A connection moves at most :data:`MAX_MOVES` times, so a
 client that keeps mixing shards ends up simply forwarded. Every connection
 stays counted by the router that accepted it until it closes, wherever it
 is served.
+
+Why one module, though over 600 lines: it is one class, the path of a
+client's command from its codec to its shard and back, read in that order;
+the parts that stand alone are apart (:mod:`.fanout`, :mod:`.jobcache`,
+:mod:`.clusterrouter`, :mod:`.stats`, the process's main in :mod:`.process`).
 """
 from __future__ import annotations
 

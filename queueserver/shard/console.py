@@ -242,7 +242,7 @@ class ShardConsole:
         shard = self.shard
         if shard.cluster is not None:
             return True
-        blocks = shard.blocks
+        blocks = shard.numbering.blocks
         if blocks is None:
             return (number - 1) % shard.shards == shard.index
         numbers = blocks.numbers
@@ -340,8 +340,9 @@ class ShardConsole:
         cluster = shard.cluster
         if cluster is not None:
             answer["name"] = cluster.me.name
-        if shard.peers is not None:
-            answer["links"] = [[ordinal, bool(link.up)] for ordinal, link in sorted(shard.peers.links.items())]
+        peers = shard.homes.peers
+        if peers is not None:
+            answer["links"] = [[ordinal, bool(link.up)] for ordinal, link in sorted(peers.links.items())]
         replicator = getattr(shard.durability, "replicator", None)   # a cluster with replicas
         answer["followers"] = replicator.status() if replicator is not None else []
         return answer

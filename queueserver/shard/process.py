@@ -125,7 +125,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         if shard.durability is not None:
             shard.recover()
         if cluster is not None:
-            shard.join_cluster()
+            assert shard.cluster_ops is not None   # a cluster's shard has them
+            shard.cluster_ops.join()
             cluster.bind()
             if shard.durability is not None and shard.durability.replicator is not None:
                 try:
@@ -142,7 +143,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     if not args.no_metrics:
         shard.stats.attach(shard.engine)   # from here on; replaying the log counted nothing
     serve_control(control_path(args.socket), lambda: shard.stats.snapshot(shard), ShardConsole(shard).handle,
-                  shard.cluster_view)
+                  shard.homes.cluster_view)
     stop = stop_event()
     settle_gc()
     memwatch.start(f"shard-{args.index}")

@@ -6,18 +6,28 @@ The router sends ``[request_id, op, args]`` frames; the shard answers
 parked lease may be much later. Frames with request id 0 are events: the
 shard's ``hello`` (on connect; in a cluster, its slots), and a router's
 control frames ``cancel`` (withdraw a parked request), ``closed`` (a client
-connection is gone) and ``clients`` (how many clients it serves).
+connection is gone) and ``clients`` (how many clients it serves). What a
+frame asks is looked up once, by its op: in :data:`EVENTS` for an event, in
+:data:`HOST_SHELL` or :data:`CLUSTER_SHELL` for the requests the shell
+serves beside the engine (those the ops table,
+:data:`~queueserver.engine.ops.OPS`, flags as the id home's or the
+cluster's); every other request is the engine's.
 
-Each shard is also the *home* of the job ids that hash to it
-(:mod:`.idhome`): other shards claim new ids there and say when their jobs
-leave, and routers ask it where a job lives (``locate``); it links to the
-other shards for that (:mod:`.peers`). Nobody hears of jobs as they are
-made: a router learns where a job is from the answers it carries, and asks
-the id's home about any other.
+Beside the engine the shard composes: the *homes* of job ids
+(:mod:`.homes`: each shard is the home of the ids that hash to it, and
+claims the ids of the jobs it makes at theirs, over the links of
+:mod:`.peers`), its job numbers (:mod:`.numbering`) and, in a cluster, the
+operations on its slots (:mod:`.clusterops`). Nobody hears of jobs as they
+are made: a router learns where a job is from the answers it carries, and
+asks the id's home about any other.
 
 When a router's link is lost, every connection of that router is treated
 as closed: its parked requests are withdrawn and jobs leased to its
 connections with close semantics (goqueue) are ready again.
+
+Why one module, though over 600 lines: what is left here is the serving
+itself (the channels and their frames, ``execute``, the answers at the end
+of a batch, the timer), one path that every request takes.
 """
 from __future__ import annotations
 
@@ -26,9 +36,8 @@ import itertools
 import logging
 import os
 import time
-import uuid
 from functools import partial
-from typing import Any, Callable, Dict, Final, List, Optional, Sequence, Set, Tuple, TypedDict
+from typing import Any, Callable, Dict, Final, List, Optional, Sequence, Tuple, TypedDict
 
 import gevent
 from gevent import socket
@@ -39,31 +48,26 @@ from ..engine import Engine
 from ..engine.effects import Effects
 from ..engine.job import LEASED as JOB_LEASED
 from ..engine.ops import CLUSTER_OPS, ID_HOME_OPS, MAKES_JOBS
-from ..engine.ownership import OutgoingMove, SlotOwnership
-from ..engine.status import NOT_FOUND, OK, SERVER_ERROR, Reply
+from ..engine.status import OK, SERVER_ERROR, Reply
 from .durability import Durability
 from .replication import Replicator
-from .idhome import IdHome
-from .hostids import HostIds, key_of
-from ..links.directory import SHARED
-from ..links.primaries import PrimaryPlaces
-from .peers import DUPLICATE, GRANTED, Peers
-from ..links.shardlink import STOPPING, Address, Places
+from .hostids import HostIds
+from .homes import REQUESTS as HOME_REQUESTS, Homes
+from .numbering import Numbering
+from .clusterops import REQUESTS as CLUSTER_REQUESTS, ClusterOps
+from ..links.shardlink import STOPPING
 from .direct import DirectHost, DirectServer, Token
-from ..links.slotmap import SlotMap
 from .history import Context, HistoryWriter
 from ..links.clients import VIA_ROUTER, ClientRecord
 from ..net.channel import FrameChannel
 from ..net.handoff import HandoffChannel, handoff_path, listen_seqpacket
 from .stats import ShardStats
 from .clustering import ShardInCluster
-from ..cluster.clusterfile import MAX_SHARDS, load_cluster
-from ..net import faults, linkauth
-from ..placement import from_ranges, shard_for, slot_of
-from ..jobnumbers import Blocks, NumberFile, NumbersError
+from ..cluster.clusterfile import MAX_SHARDS
+from ..net import faults
+from ..placement import shard_for, slot_of
 
 log: Final = logging.getLogger("queueserver.shard")
-UNCHECKED_PRUNE: Final = 4096   # ids kept for a home out of reach before those gone are dropped
 
 
 class Retention(TypedDict, total=False):
@@ -101,19 +105,8 @@ class Shard(DirectHost):
         self.router_channels: Dict[int, int] = {}   # router index -> its channel
         #: what the engine's steps caused that is still to be carried out
         self._later: List[Tuple[Token, Reply]] = []   # answers to parked requests
-        #: the registry of the job ids homed here, and the links to the other shards
-        self.home = IdHome(index, self.engine.jobs.__contains__, self._ask_peer)
-        #: on one host: the table of every job id its shards share (None: ids
-        #: are claimed at their homes by messages, as between hosts)
-        self.host_ids = host_ids if cluster is None else None
-        self.peers: Optional[Peers] = None
-        #: whether the id home waits (a while) for every other shard's job list before it answers
-        self.await_peers = True
-        self._homed: Dict[int, List[str]] = {}   # shard -> ids listed for it, page by page
-        #: home -> ids of jobs made here while it could not be asked (see _home_unreachable)
-        self._unchecked: Dict[int, Set[str]] = {}
-        self._unchecked_prune: Dict[int, int] = {}
-        self._unchecked_logged = 0.0
+        #: the ids homed here, the claims of the ids made here, the links to the other shards
+        self.homes = Homes(index, shards, self.engine, cluster, host_ids, self._claimed)
         #: the shard's log, when it is durable (None: jobs live in memory only)
         self.durability: Optional[Durability] = None
         if data_dir is not None:
@@ -139,12 +132,11 @@ class Shard(DirectHost):
         if history_dir is not None:
             self.history = HistoryWriter(history_dir, index, **(history_retention or {}))
             self.engine.history = True
-        #: where this shard takes blocks of job numbers (None: its residue class, as in a cluster)
-        self.blocks: Optional[Blocks] = None
-        if numbers is not None and cluster is None:
-            self.blocks = Blocks(NumberFile(numbers, durable=data_dir is not None), index)
-            self.engine.give_numbers(0, 0)   # the first job that needs one takes a block
-        self._numbers_refused = 0.0
+        #: how its jobs are numbered
+        self.numbering = Numbering(index, shards, self.engine, numbers, data_dir is not None,
+                                   cluster is not None)
+        #: in a cluster: the operations on its slots (None: one host)
+        self.cluster_ops = ClusterOps(self, cluster) if cluster is not None else None
         self.direct = DirectServer(self)
         self.stats = ShardStats(self.index)   # /metrics: counts once attached, after recovery
         self._ids = itertools.count(1)
@@ -176,7 +168,7 @@ class Shard(DirectHost):
         if token is not None:   # one that came over a socket (the shard's own steps carry none)
             self.requests_run += 1
         if op in MAKES_JOBS and self.engine.needs_numbers():
-            refused = self._take_numbers()
+            refused = self.numbering.take()
             if refused is not None:
                 return refused
         if self.durability is not None:
@@ -197,7 +189,7 @@ class Shard(DirectHost):
                 if len(holders) >= self._sweep_holders_at:
                     self._sweep_holders()
         if fx.placed and op in MAKES_JOBS and token is not None:
-            reply = self._claim(fx.placed[0], token, reply)
+            reply = self.homes.claim(fx.placed[0], token, reply)
         if fx.history is not None and self.history is not None:   # (the engine's is on only then)
             context = client.context if client is not None else None
             if reply is None and context is not None and token is not None:
@@ -205,6 +197,26 @@ class Shard(DirectHost):
             if fx.history:
                 self.history.record(fx.history, now, context, self._lessee(token, context))
         return reply
+
+    def _claimed(self, id: str, token: Token, reply: Optional[Reply], verdict: Reply) -> None:
+        """The home's verdict on the id of job ``id``, made by the request
+        under ``token`` (its answer ``reply`` held; None for a ``run``): if
+        refused, the job goes and the answer is the refusal."""
+        if verdict[0] != OK:
+            self.execute("withdraw_new", (id,))
+            if reply is not None:
+                self._later.append((token, verdict))
+        elif reply is not None:
+            self._later.append((token, reply))
+        self.schedule_after_batch()
+
+    def new_id(self) -> str:
+        """A fresh job id at home here (a server-made id: its home is its job's shard)."""
+        return self.homes.new_id()
+
+    def makes(self, number: int) -> bool:
+        """Whether job ``number`` would be here (a goqueue DELETE served directly)."""
+        return self.numbering.makes(number)
 
     def _held(self, id: str, client: ClientRecord) -> None:
         """Job ``id`` was leased to ``client`` (a parked lease answered; an
@@ -235,320 +247,6 @@ class Shard(DirectHost):
             return None
         return self.holders.get(id)
 
-    # ------------------------------------------------------------- id homes
-    def cluster_view(self, request: List[Any]) -> Dict[str, Any]:
-        """The control socket's ``["cluster", ...]``: what the supervisor's
-        watch on etcd says (see :meth:`.peers.Peers.cluster_view`)."""
-        if self.peers is None:
-            return {"error": "this shard links to no other shard", "status": 400}
-        return self.peers.cluster_view(request)
-
-    def home_of(self, id: str) -> int:
-        """The shard where job id ``id`` is at home (:mod:`.idhome`)."""
-        if self.peers is not None:
-            return self.peers.home_of(id)
-        return shard_for(id, self.shards) if self.cluster is None else self.index
-
-    def _claim(self, id: str, token: Token, reply: Optional[Reply]) -> Optional[Reply]:
-        """A job was just made with ``id``: unless its home is sure no other
-        job has it, hold the answer (``reply``; None for a ``run``, which
-        waits anyway) until the home grants the id; if it refuses, the job
-        goes and the answer is the refusal."""
-        host_ids = self.host_ids
-        if host_ids is not None:
-            key = key_of(id)
-            others = host_ids.claim(key, self.index)
-            if not others:
-                return reply   # no other shard of this host has a job with this key
-        home = self.home_of(id)
-        if host_ids is None and home == self.index and self.home.ready \
-                and self.home.entries.shard_of(id) is None:
-            return reply   # at home here, and no other shard's job has the id
-
-        def verdict(result: Reply) -> None:
-            if result[0] == SERVER_ERROR:
-                # The home is out of reach: a shard that is down must not stop
-                # adds to every live queue. The id is taken as new; the home
-                # learns of the job when its link is back (_peer_up).
-                self._home_unreachable(home, result, (id,))
-                result = GRANTED
-            if result[0] != OK:
-                self.execute("withdraw_new", (id,))
-                if reply is not None:
-                    self._later.append((token, result))
-            elif reply is not None:
-                self._later.append((token, reply))
-            self.schedule_after_batch()
-
-        if host_ids is not None:
-            self._check_others(id, key, others, [], verdict)
-        elif home == self.index:
-            self.home.claim(id, self.index, lambda granted: verdict(GRANTED if granted else DUPLICATE))
-        elif self.peers is None:
-            return reply
-        else:
-            self.peers.claim(id, verdict)
-        return None
-
-    def _check_others(self, id: str, key: int, others: List[int], checked: List[int],
-                      verdict: Callable[[Reply], None]) -> None:
-        """Other shards' entries in the host's table have the key of new job
-        ``id``: a duplicate if one of them holds the id (or cannot say), else
-        (a twin key, or an entry a restarted shard left) the key is taken
-        beside theirs, unless yet another shard took it meanwhile: it is
-        asked in turn."""
-        host_ids = self.host_ids
-        assert host_ids is not None   # called in the host table's claims only
-
-        def checked_them(found: bool) -> None:
-            if found:
-                verdict(DUPLICATE)
-                return
-            checked.extend(others)
-            more = host_ids.claim(key, self.index, checked)
-            if more:
-                self._check_others(id, key, more, checked, verdict)
-            else:
-                verdict(GRANTED)
-
-        self.home.any_holds(others, id, checked_them)
-
-    def take_host_ids(self) -> None:
-        """Before serving: the host's table says exactly which jobs are here
-        (what a restart recovered, not what an earlier run left)."""
-        if self.host_ids is not None:
-            started = time.monotonic()
-            self.host_ids.replace_owner(self.index, [key_of(id) for id in self.engine.jobs])
-            log.info("shard %d: %d job ids in the host's table (%.2f s)", self.index, len(self.engine.jobs),
-                     time.monotonic() - started)
-
-    def _home_unreachable(self, home: int, error: Reply, ids: Sequence[str]) -> None:
-        """Jobs ``ids`` were made (or moved in) while their home (-1: some
-        home) could not be asked: kept to be registered there once its link
-        is back (see :meth:`_register_unchecked`)."""
-        for id in ids:
-            at = home if home >= 0 else self.home_of(id)
-            unchecked = self._unchecked.setdefault(at, set())
-            unchecked.add(id)
-            if len(unchecked) >= self._unchecked_prune.get(at, UNCHECKED_PRUNE):
-                # a home down for long: forget the jobs that left meanwhile
-                jobs = self.engine.jobs
-                unchecked.intersection_update(jobs)
-                self._unchecked_prune[at] = max(UNCHECKED_PRUNE, 2 * len(unchecked))
-        now = time.monotonic()
-        if now - self._unchecked_logged > 10:
-            self._unchecked_logged = now
-            log.warning("shard %d: the home of some job ids (%s) cannot be asked (%s); it learns of "
-                        "their jobs from this shard once it is back, and new ids are taken as new "
-                        "unchecked until then", self.index, f"shard {home}" if home >= 0 else "a shard",
-                        error[1])
-
-    def _home_batch(self, op: str, ids: List[str], results: Callable[[List[Reply]], None]) -> None:
-        """Claims of (or jobs moved in with) ids homed here, from this very shard."""
-        if op == "register":
-            self.home.register(ids, self.index)
-            results([[OK, True]] * len(ids))
-            return
-        out: List[Reply] = [GRANTED] * len(ids)
-        left = [len(ids)]
-
-        def one(i: int, granted: bool) -> None:
-            out[i] = GRANTED if granted else DUPLICATE
-            left[0] -= 1
-            if left[0] == 0:
-                results(out)
-
-        for i, id in enumerate(ids):
-            self.home.claim(id, self.index, partial(one, i))
-
-    def _ask_peer(self, shard: int, op: str, args: List[Any], callback: Callable[[Reply], None]) -> None:
-        if self.peers is None:
-            callback([NOT_FOUND, ""])
-        else:
-            self.peers.ask(shard, op, args, callback)
-
-    def _link_peers(self) -> Optional[Peers]:
-        """Links to the other shards: this host's over their Unix sockets, a
-        cluster's others over authenticated TCP (None: the only shard)."""
-        directory = os.path.dirname(self.path)
-        cluster = self.cluster
-        if cluster is None:
-            if self.shards == 1:
-                return None
-            return Peers(self.index, [os.path.join(directory, f"shard-{i}.sock") for i in range(self.shards)],
-                         self._peer_up, self._home_batch)
-        spec = cluster.spec
-        removed = {node.name for node in spec.nodes if node.removed}
-        addresses: List[Places] = []
-        for shard in spec.shards():
-            if shard.node in removed:
-                addresses.append(None)
-                continue
-            here: Address = (os.path.join(directory, f"shard-{shard.index}.sock") if shard.node == cluster.node
-                             else (shard.host, shard.port))
-            if spec.replicas:   # its primary may serve on a follower's node (a failover)
-                places: List[Address] = [here]   # its home's TCP address too: a copy taken over here
-                places += [a for a in spec.candidates(shard.ordinal) if a != here]
-                addresses.append(places)
-            else:
-                addresses.append(here)
-        peers = Peers(self.index, addresses, self._peer_up, self._home_batch,
-                      linkauth.client_credentials(spec.secret_file, spec.tls), SlotMap(spec.founders()),
-                      self._more_peers)
-        if spec.etcd is not None:   # where the primaries are (with replicas) and which nodes are alive
-            peers.primaries = PrimaryPlaces(spec, cluster.node, {
-                shard.ordinal: os.path.join(directory, f"shard-{shard.index}.sock")
-                for shard in spec.shards_of(cluster.node)})
-        summary = self._slots().summary()
-        peers.learn(self.index, summary["served"], summary["hints"])
-        return peers
-
-    def _more_peers(self) -> None:
-        """Nodes appended to the cluster file since the start (``cluster
-        add-node``): their shards are linked to, as they are to routers."""
-        cluster, peers = self.cluster, self.peers
-        assert cluster is not None and peers is not None   # the cluster's shards' links call this
-        try:
-            spec = load_cluster(cluster.spec.path)
-        except ValueError as err:
-            log.warning("shard %d: a shard is new, and the cluster file cannot be read: %s", self.index, err)
-            return
-        for shard in spec.shards():
-            if shard.ordinal not in peers.links and shard.ordinal != self.index and not any(
-                    node.removed for node in spec.nodes if node.name == shard.node):
-                log.info("shard %d: linking to shard %s (ordinal %d) of node %s", self.index, shard.name,
-                         shard.ordinal, shard.node)
-                peers.add(shard.ordinal, (shard.host, shard.port))
-
-    def new_id(self) -> str:
-        """A fresh job id at home here (a server-made id: its home is its job's shard)."""
-        while True:
-            id = str(uuid.uuid4())
-            if self.home_of(id) == self.index:
-                return id
-
-    def _home_ticks(self) -> None:
-        """Until every other shard has listed its jobs at home here (or too long went by)."""
-        while not self.home.ready:
-            gevent.sleep(1.0)
-            self.home.tick()
-
-    def _peer_up(self, shard: int) -> None:
-        """A link to ``shard`` came up: it lists its jobs at home here, page by page."""
-        peers = self.peers
-        assert peers is not None   # its link calls this
-        if self.host_ids is not None:
-            return   # this host's jobs are all in its table: nothing to hear
-        self.home.listing(shard)
-        ids: List[str] = []
-
-        def page(reply: Reply) -> None:
-            if reply[0] != OK:   # gone again: it lists them when it is back
-                return
-            ids.extend(reply[1]["ids"])
-            if reply[1]["next"] is None:
-                self.home.listed(shard, ids)
-                log.info("shard %d: shard %d has %d jobs with ids at home here", self.index, shard, len(ids))
-            else:
-                peers.ask(shard, "homed", [self.index, reply[1]["next"]], page)
-
-        peers.ask(shard, "homed", [self.index, 0], page)
-        self._register_unchecked(shard)
-
-    def _register_unchecked(self, home: int) -> None:
-        """The link to ``home`` is up again: the jobs made here while it was
-        out of reach, still here, are registered there (its own listing of
-        this shard may have been taken before they were made)."""
-        peers = self.peers
-        assert peers is not None   # its link calls this
-        unchecked = self._unchecked.pop(home, None)
-        if not unchecked:
-            return
-        jobs = self.engine.jobs
-        ids = [id for id in unchecked if id in jobs]
-
-        def registered(replies: List[Reply]) -> None:
-            left = [id for id, reply in zip(ids, replies) if reply[0] != OK]
-            if left:   # down again already: next time
-                self._unchecked.setdefault(home, set()).update(left)
-
-        if ids:
-            peers.register(ids, registered)
-
-    def _home_op(self, channel: FrameChannel, req_id: int, op: str, args: Any) -> None:
-        """A request about ids homed here, or about this shard's jobs of another home."""
-        send = partial(_send_reply, channel, req_id)
-        if op == "register":   # jobs of another shard that moved there (a slot move)
-            self.home.register(args[1], args[0])
-            send([OK, [True] * len(args[1])])
-        elif op == "claims":
-            shard, ids = args
-            verdicts: List[Optional[bool]] = [None] * len(ids)   # each set before they are sent
-            left = [len(ids)]
-
-            def one(i: int, granted: bool) -> None:
-                verdicts[i] = granted
-                left[0] -= 1
-                if left[0] == 0:
-                    send([OK, verdicts])
-
-            for i, id in enumerate(ids):
-                self.home.claim(id, shard, partial(one, i))
-            if not ids:
-                send([OK, []])
-        elif op == "locate":
-            def located(shard: Optional[int]) -> None:
-                send([OK, shard] if shard is not None else [NOT_FOUND, ""])
-            if self.host_ids is not None:
-                located(self._locate_here(args[0]))
-            else:
-                self.home.locate(args[0], located)
-        elif op == "homed":   # the jobs here whose home is ``home``, a page at a time
-            home, start = args
-            if start == 0:
-                self._homed[home] = [id for id in self.engine.jobs if self.home_of(id) == home]
-            ids = self._homed.get(home, [])
-            end = start + HOMED_PAGE
-            if end >= len(ids):
-                self._homed.pop(home, None)
-            send([OK, {"ids": ids[start:end], "next": end if end < len(ids) else None}])
-
-    def _locate_here(self, id: str) -> Optional[int]:
-        """Where job ``id`` is, by the host's table (SHARED: more than one
-        shard has an entry with its key; None: no job has it)."""
-        if id in self.engine.jobs:
-            return self.index
-        assert self.host_ids is not None   # asked only when there is one
-        owners = self.host_ids.owners(key_of(id))
-        if not owners:
-            return None
-        return owners[0] if len(owners) == 1 else SHARED
-
-    def _take_numbers(self) -> Optional[Reply]:
-        """A fresh block of job numbers, before a request that makes a job;
-        the request's error when none can be had."""
-        blocks = self.blocks
-        assert blocks is not None   # the engine needs numbers only where blocks give them
-        try:
-            self.engine.give_numbers(*blocks.take(self.engine.last_number))
-        except (NumbersError, OSError) as err:
-            now = time.monotonic()
-            if now - self._numbers_refused > 10:
-                self._numbers_refused = now
-                log.error("shard %d cannot take job numbers: %s", self.index, err)
-            return [SERVER_ERROR, "Cannot number jobs now; try again"]
-        return None
-
-    def makes(self, number: int) -> bool:
-        """Whether job ``number`` would be here (a goqueue DELETE served directly)."""
-        blocks = self.blocks
-        if blocks is None:   # numbers of this shard's residue class; in a cluster, maybe moved here
-            return (number - 1) % self.shards == self.index and (
-                self.cluster is None or self.engine.has_number(number))
-        if blocks.numbers.is_old(number):
-            return self.engine.has_number(number)
-        return blocks.numbers.owner(number) == self.index
-
     def _lessee(self, token: Optional[Token], context: Context) -> Callable[[Any], Context]:
         """The context of the request a lease went to (by its token)."""
         contexts = self._contexts
@@ -562,22 +260,8 @@ class Shard(DirectHost):
             self.durability.record(fx)
         if fx.later:
             self._later += fx.later
-        if fx.forgotten and self.host_ids is not None:
-            forget, index = self.host_ids.forget, self.index
-            for id in fx.forgotten:
-                forget(key_of(id), index)
-        elif fx.forgotten and self.peers is not None:
-            home_of, index = self.home_of, self.index
-            away: Optional[Dict[int, List[str]]] = None
-            for id in fx.forgotten:
-                home = home_of(id)
-                if home != index:
-                    if away is None:
-                        away = {}
-                    away.setdefault(home, []).append(id)
-            if away:
-                for home, ids in away.items():
-                    self.peers.forget(home, ids)
+        if fx.forgotten:
+            self.homes.left(fx.forgotten)
 
     def answer(self, send: Callable[[Reply], None], reply: Reply) -> None:
         """``send(reply)``; on a durable shard, once the log holds every
@@ -603,9 +287,7 @@ class Shard(DirectHost):
         finally:
             gc.enable()
         gc.freeze()
-        if self.blocks is not None and self.blocks.numbers.upgrading():
-            # an older data directory: say the highest number made here before blocks
-            self.blocks.numbers.raise_floor(self.engine.last_number, self.index)
+        self.numbering.recovered()
         now = now_us()
         fx = self.engine.recovered(now)
         self.take_effects(fx)
@@ -615,23 +297,6 @@ class Shard(DirectHost):
         log.info("shard %d recovered %d jobs in %d queues from %d log records in %.2f s",
                  self.index, len(self.engine.jobs), len(self.engine.queues), records,
                  time.monotonic() - started)
-
-    def join_cluster(self) -> None:
-        """A shard that never served in its cluster takes its starting slots
-        (logged, so a restart never changes what it owns)."""
-        cluster = self.cluster
-        assert cluster is not None   # called in a cluster only
-        if self.engine.slots is None:
-            self.take_effects(self.engine.execute("claim", [cluster.initial_slots()], now_us()))
-            if self.durability is not None:
-                self.durability.commit()
-        log.info("shard %s serves %d of the cluster's slots", cluster.me.name, self._slots().owned())
-
-    def _slots(self) -> SlotOwnership:
-        """The engine's slots: a cluster's shard has them once it joined (or recovered)."""
-        slots = self.engine.slots
-        assert slots is not None, "a cluster's shard serves once it holds its slots"
-        return slots
 
     def serves(self, name: str) -> bool:
         """Whether queue ``name`` is this shard's to serve now."""
@@ -643,7 +308,7 @@ class Shard(DirectHost):
 
     # ---------------------------------------------------------------- serving
     def serve(self) -> None:
-        self.take_host_ids()   # before listening: no claim may miss a job recovered here
+        self.homes.take_host_ids()   # before listening: no claim may miss a job recovered here
         if self.direct_path:   # ready before the link, which routers connect to first
             self._tasks.spawn(self._serve_handoffs, listen_seqpacket(handoff_path(self.path), socket))
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -660,12 +325,8 @@ class Shard(DirectHost):
         # The supervisor publishes the ports once every shard is ready.
         open(self.path + ".ready", "w").close()
         self._tasks.spawn(self._timer_loop)
-        self.peers = self._link_peers()
-        if self.peers is not None and self.await_peers and self.host_ids is None:
-            self.home.expect(self.peers.links)
-            self._tasks.spawn(self._home_ticks)
-        else:
-            self.home.expect(())
+        if self.homes.link(os.path.dirname(self.path)):
+            self._tasks.spawn(self.homes.ticks)
         if self.cluster is not None:
             self._tasks.spawn(self.cluster.listen, self._serve_channel)
             if faults.CUT_OFF_FILE is not None:
@@ -703,54 +364,24 @@ class Shard(DirectHost):
         execute = self.execute
         durability = self.durability
         cluster = self.cluster
-        engine = self.engine
-        replicator = durability.replicator if durability is not None else None
-
+        shell = CLUSTER_SHELL if cluster is not None else HOST_SHELL
         known: Dict[int, ClientRecord] = {}   # the clients this channel's router told of
         self.clients[cid] = known
+        inbound = Inbound(cid, channel, known)
 
         def handle(frame: Any) -> None:   # [request id, op, args, client?, slots?] (msgpack)
             req_id, op, args = frame[0], frame[1], frame[2]
-            if req_id == 0:  # a control frame from a router (or, forget, another shard)
-                if op == "client":  # who a connection of that router is (its requests name it by id)
-                    known[args[0]] = ClientRecord.from_description(args, VIA_ROUTER)
-                elif op == "left":  # that connection closed (a lease may still name it)
-                    record = known.pop(args, None)
-                    if record is not None:
-                        record.left = now_us()
-                elif op == "forget":  # jobs of another shard that left it, ids homed here
-                    self.home.forget(args[1], args[0])
-                elif op == "cancel":  # withdraw this channel's parked request
-                    execute("cancel", ((cid, args),))
-                elif op == "closed":  # a client connection of that router is gone
-                    execute("disown", ((cid, args),))
-                elif op == "clients":  # how many clients that router serves
-                    self.router_clients[cid] = args
-                elif op == "router":  # which router this channel belongs to
-                    self.router_channels[args] = cid
-                elif op == "ack" and replicator is not None:   # a follower holds the stream up to args
-                    replicator.acked(channel, args)
-                elif op == "replicate" and replicator is not None:   # a follower asks for the stream
-                    replicator.attach(channel, args[0])
+            if req_id == 0:  # an event: a router's control frame (or, forget, another shard's)
+                on_event = EVENTS.get(op)
+                if on_event is not None:
+                    on_event(self, inbound, args)
                 return
-            if op == "homed":   # a home lists the jobs of its ids here (no slot: never MOVED)
-                self._home_op(channel, req_id, op, args)
+            on_request = shell.get(op)
+            if on_request is not None:   # the id home's or the cluster's, not the engine's
+                on_request(self, inbound, req_id, op, args, frame[4] if len(frame) > 4 else None)
                 return
-            if cluster is not None:
-                if op in CLUSTER_OPS:
-                    self._cluster_op(channel, req_id, op, args)
-                    return
-                slots = frame[4] if len(frame) > 4 else None
-                if slots is not None or op not in ID_HOME_OPS:
-                    verdict = cluster.verdict(engine, args, slots)
-                    if verdict is not None:
-                        if isinstance(verdict, list):
-                            channel.send([req_id, verdict])
-                        else:
-                            cluster.hold(verdict, partial(_send_reply, channel, req_id))
-                        return
-            if op in ID_HOME_OPS:
-                self._home_op(channel, req_id, op, args)
+            if cluster is not None and self._misplaced(channel, req_id, args,
+                                                       frame[4] if len(frame) > 4 else None):
                 return
             try:
                 reply = execute(op, args, (cid, req_id), known.get(frame[3]) if len(frame) > 3 else None)
@@ -770,6 +401,7 @@ class Shard(DirectHost):
         except Exception:  # an undecodable stream: drop this channel only
             log.exception("shard %d: channel %d sent what cannot be decoded", self.index, cid)
         finally:
+            replicator = self._replicator()
             if replicator is not None:
                 replicator.detach(channel)
             del self.channels[cid]
@@ -788,6 +420,85 @@ class Shard(DirectHost):
             self._after_batch()
             channel.close()
 
+    def _misplaced(self, channel: FrameChannel, req_id: int, args: Any, slots: Any) -> bool:
+        """In a cluster: whether a request is not this shard's to serve now
+        (see :meth:`.clustering.ShardInCluster.verdict`): its slot another's
+        (answered ``MOVED``), or being moved away (held until the move ends)."""
+        cluster = self.cluster
+        assert cluster is not None   # asked in a cluster only
+        verdict = cluster.verdict(self.engine, args, slots)
+        if verdict is None:
+            return False
+        if isinstance(verdict, list):
+            channel.send([req_id, verdict])
+        else:
+            cluster.hold(verdict, partial(_send_reply, channel, req_id))
+        return True
+
+    def _replicator(self) -> Optional[Replicator]:
+        """The stream to the followers (a replicated cluster's primary), if any."""
+        return self.durability.replicator if self.durability is not None else None
+
+    # ---------------------------------------------------------------- events
+    def _on_client(self, inbound: Inbound, args: Any) -> None:
+        """Who a connection of that router is (its requests name it by id)."""
+        inbound.clients[args[0]] = ClientRecord.from_description(args, VIA_ROUTER)
+
+    def _on_left(self, inbound: Inbound, args: Any) -> None:
+        """That connection closed (a lease may still name it)."""
+        record = inbound.clients.pop(args, None)
+        if record is not None:
+            record.left = now_us()
+
+    def _on_forget(self, inbound: Inbound, args: Any) -> None:
+        """Jobs of another shard that left it, ids homed here."""
+        self.homes.home.forget(args[1], args[0])
+
+    def _on_cancel(self, inbound: Inbound, args: Any) -> None:
+        """Withdraw this channel's parked request."""
+        self.execute("cancel", ((inbound.cid, args),))
+
+    def _on_closed(self, inbound: Inbound, args: Any) -> None:
+        """A client connection of that router is gone."""
+        self.execute("disown", ((inbound.cid, args),))
+
+    def _on_clients(self, inbound: Inbound, args: Any) -> None:
+        """How many clients that router serves."""
+        self.router_clients[inbound.cid] = args
+
+    def _on_router(self, inbound: Inbound, args: Any) -> None:
+        """Which router this channel belongs to."""
+        self.router_channels[args] = inbound.cid
+
+    def _on_ack(self, inbound: Inbound, args: Any) -> None:
+        """A follower holds the stream up to ``args``."""
+        replicator = self._replicator()
+        if replicator is not None:
+            replicator.acked(inbound.channel, args)
+
+    def _on_replicate(self, inbound: Inbound, args: Any) -> None:
+        """A follower asks for the stream."""
+        replicator = self._replicator()
+        if replicator is not None:
+            replicator.attach(inbound.channel, args[0])
+
+    # ---------------------------------------------------- the shell's requests
+    def _home_request(self, inbound: Inbound, req_id: int, op: str, args: Any, slots: Any) -> None:
+        """A request about ids homed here, or about this shard's jobs of
+        another home (:data:`.homes.REQUESTS`); in a cluster, one that names
+        its ids' slots is this shard's only while it serves them."""
+        channel = inbound.channel
+        if slots is not None and self.cluster is not None and self._misplaced(channel, req_id, args, slots):
+            return
+        HOME_REQUESTS[op](self.homes, partial(_send_reply, channel, req_id), args)
+
+    def _cluster_request(self, inbound: Inbound, req_id: int, op: str, args: Any, slots: Any) -> None:
+        """An operation on a cluster's slots (:data:`.clusterops.REQUESTS`):
+        about the slots themselves, never answered ``MOVED``."""
+        cluster_ops = self.cluster_ops
+        assert cluster_ops is not None   # in a cluster's table only
+        CLUSTER_REQUESTS[op](cluster_ops, partial(_send_reply, inbound.channel, req_id), args)
+
     def _hello(self, channel: FrameChannel) -> None:
         """Greet a (re)connected router or shard (in a cluster, with the
         slots served here: routers keep their slot maps from these)."""
@@ -796,74 +507,8 @@ class Shard(DirectHost):
             hello["slots"] = self.engine.slots.summary()
         channel.send([0, "hello", hello])
 
-    def _cluster_op(self, channel: FrameChannel, req_id: int, op: str, args: Any) -> None:
-        """A request of ``queueserver cluster`` (or a router asking for the map)."""
-        slots = self._slots()
-        if op == "slots":
-            answer: Dict[str, Any] = {"shard": self.index, **slots.summary(), "jobs": len(self.engine.jobs)}
-            if self.durability is not None and self.durability.replicator is not None:
-                answer["followers"] = self.durability.replicator.status()
-            channel.send([req_id, [OK, answer]])
-            return
-        move = slots.moves.get(args[0]) if op == "move_done" else None
-        named: Sequence[int] = from_ranges(args[0]) if op in ("move_in", "move_out") else ()
-        fresh = op == "move_in" and any(slots.epochs[slot] < args[1] for slot in named)
-        homes = args[4] if op == "move_in" and len(args) > 4 else None
-        reply = self.execute(op, args[:4] if op == "move_in" else args)
-        assert reply is not None   # asked with no token: never parked
-        if reply[0] == OK and op == "move_out" and (len(args) < 4 or args[3] == 0):
-            # the ids homed in these slots go along with them (their home moves)
-            reply[1]["homes"] = self.home.entries.export(set(named))
-        if reply[0] == OK and op == "move_in":
-            if homes:
-                self.home.entries.import_(homes)
-            if fresh and (len(args) < 4 or args[3]) and self.peers is not None and self.peers.slots is not None:
-                self.peers.slots.ranges_set(args[0], self.index, args[1])
-            ids = [event[1] for event in args[2]]
-            if ids and self.peers is not None:   # their homes learn they live here before the move ends
-                self.peers.register(ids, lambda replies: self._moved_in(channel, req_id, op, args, reply,
-                                                                        fresh, named, replies))
-                return
-        if reply[0] == OK and move is not None:
-            self.home.entries.export(set(from_ranges(move.ranges)), drop=True)
-            if self.peers is not None and self.peers.slots is not None:
-                self.peers.slots.ranges_set(move.ranges, move.target, move.epoch)
-        self._cluster_answer(channel, req_id, op, args, reply, fresh, named, move)
-
-    def _moved_in(self, channel: FrameChannel, req_id: int, op: str, args: Any, reply: Reply, fresh: bool,
-                  named: Sequence[int], registered: List[Reply]) -> None:
-        failed = [r for r in registered if r[0] != OK]
-        if failed:   # a home out of reach learns of them once its link is back
-            self._home_unreachable(-1, failed[0], [event[1] for event, r in zip(args[2], registered)
-                                                   if r[0] != OK])
-        self._cluster_answer(channel, req_id, op, args, reply, fresh, named, None)
-
-    def _cluster_answer(self, channel: FrameChannel, req_id: int, op: str, args: Any, reply: Reply,
-                        fresh: bool, named: Sequence[int], move: Optional[OutgoingMove]) -> None:
-        slots, cluster = self._slots(), self.cluster
-        assert cluster is not None   # a cluster's request
-        if reply[0] == OK:
-            if fresh and (len(args) < 4 or args[3]):   # the last part: the slots are ours now
-                log.info("shard %s took %d slots (epoch %d), %d jobs in the last part",
-                         cluster.me.name, len(named), args[1], reply[1])
-                self._broadcast([0, "owns", [self.index, args[0], args[1]]])
-                self.stats.slots_moved("in", len(named))
-            elif op == "move_out" and (len(args) < 4 or args[3] == 0):
-                log.info("shard %s is giving %d slots to shard %d (epoch %d): %d jobs set aside",
-                         cluster.me.name, len(named), args[1], args[2],
-                         len(slots.moves[args[2]].jobs))
-            elif move is not None:
-                given = len(from_ranges(move.ranges))
-                log.info("shard %s gave %d slots to shard %d (epoch %d)", cluster.me.name,
-                         given, move.target, move.epoch)
-                self._broadcast([0, "gave", [move.ranges, move.target, move.epoch]])
-                self.stats.slots_moved("out", given)
-                # Its waiting requests go to the new owner once the log says so.
-                self.answer(partial(_released, cluster, move), reply)
-        self.answer(partial(_send_reply, channel, req_id), reply)
-        self._after_batch()
-
-    def _broadcast(self, frame: List[Any]) -> None:
+    def broadcast(self, frame: List[Any]) -> None:
+        """``frame`` to every router and shard linked here."""
         for channel in self.channels.values():
             channel.send(frame)
 
@@ -871,7 +516,7 @@ class Shard(DirectHost):
         """Tell every router and shard linked here that this one stops
         cleanly (they log its going as such, not as a lost shard); sent now,
         before the loop that would send it ends."""
-        self._broadcast([0, STOPPING, None])
+        self.broadcast([0, STOPPING, None])
         gevent.sleep(0)   # one loop turn: the writers send what is queued
 
     def stop(self) -> None:
@@ -882,8 +527,7 @@ class Shard(DirectHost):
         self._tasks.kill()
         if self.durability is not None and self.durability.replicator is not None:
             self.durability.replicator.stop()
-        if self.peers is not None:
-            self.peers.stop()
+        self.homes.stop()
         if self.cluster is not None:
             self.cluster.stop()
 
@@ -894,7 +538,7 @@ class Shard(DirectHost):
             gevent.get_hub().loop.run_callback(self._after_batch)
 
     def flush_links(self) -> None:
-        """Carry out now what the engine produced (before a hand-back)."""
+        """Carry out now what the engine produced (before a hand-back, after a slot operation)."""
         self._after_batch()
 
     def _after_batch(self) -> None:
@@ -963,15 +607,41 @@ class Shard(DirectHost):
             self._after_batch()
 
 
+class Inbound:
+    """A channel that sends this shard frames (a router's link, or another
+    shard's): its number here, and the clients its router told of."""
+
+    def __init__(self, cid: int, channel: FrameChannel, clients: Dict[int, ClientRecord]) -> None:
+        self.cid = cid
+        self.channel = channel
+        self.clients = clients
+
+
 #: entries of ``Shard.holders`` below which stale ones are not swept
 HOLDERS_SWEEP: Final = 4096
-HOMED_PAGE: Final = 50000   # ids per page of a "homed" answer
 
 
 def _send_reply(channel: FrameChannel, req_id: int, reply: Reply) -> None:
     channel.send([req_id, reply])
 
 
-def _released(cluster: ShardInCluster, move: OutgoingMove, reply: Reply) -> None:
-    """``move`` is over (its answer is durable): the requests it held go to the new owner."""
-    cluster.released(move)
+#: What an event (a frame with request id 0) asks, by its op:
+#: ``handler(shard, inbound, args)``; an event of any other op is ignored.
+#: Module-level tables, as the engine's: what mypyc compiles keeps no dicts
+#: of methods in a class body.
+EVENTS: Final[Dict[str, Callable[[Shard, Inbound, Any], None]]] = {
+    "client": Shard._on_client, "left": Shard._on_left, "forget": Shard._on_forget,
+    "cancel": Shard._on_cancel, "closed": Shard._on_closed, "clients": Shard._on_clients,
+    "router": Shard._on_router, "ack": Shard._on_ack, "replicate": Shard._on_replicate,
+}
+
+#: ``handler(shard, inbound, request id, op, args, slots)``
+ShellRequest = Callable[[Shard, Inbound, int, str, Any, Any], None]
+#: The requests a shard of one host serves beside its engine, by op: the id
+#: home's (those the ops table flags ``ID_HOME``). Every other request is the engine's.
+HOST_SHELL: Final[Dict[str, ShellRequest]] = {op: Shard._home_request for op in ID_HOME_OPS}
+#: What a cluster's shard serves beside its engine: the id home's requests and
+#: the operations on its slots (flagged ``CLUSTER``; on one host those go to
+#: the engine as any other request).
+CLUSTER_SHELL: Final[Dict[str, ShellRequest]] = {**HOST_SHELL,
+                                                 **{op: Shard._cluster_request for op in CLUSTER_OPS}}

@@ -88,7 +88,7 @@ from .outcomes import history_event
 if TYPE_CHECKING:
     from .durability import Durability
     from .history import HistoryWriter
-    from .peers import Peers
+    from .homes import Homes
 
 
 class CountedShard(Protocol):
@@ -99,7 +99,7 @@ class CountedShard(Protocol):
     def engine(self) -> Engine: ...
 
     @property
-    def peers(self) -> Optional[Peers]: ...
+    def homes(self) -> Homes: ...
 
     @property
     def requests_run(self) -> int: ...
@@ -486,7 +486,7 @@ class ShardStats(EventObserver):
         answer.update(traffic.snapshot())   # connections served here directly, their bytes
         answer["link_frames_sent"] = FRAMES_SENT[0]
         if shard is not None:   # the messaging per job between shards, and requests per loop turn
-            peers = shard.peers
+            peers = shard.homes.peers
             answer["shard_link_frames"] = self.shard_link_frames.count(
                 [link.channel for link in peers.links.values()] if peers is not None else [])
             answer["requests"] = shard.requests_run

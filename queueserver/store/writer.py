@@ -30,6 +30,10 @@ written again from memory, since the kernel may have dropped those pages.
 
 Segments rotate at ``segment_bytes``; the old one is fsynced first, so
 only the newest segment can ever end in a torn record.
+
+Why one module, though over 600 lines: the policies, the group commit, the
+retries after a failed write and the rotation all move one file's offsets
+and one in-memory tail, and each is only right together with the others.
 """
 from __future__ import annotations
 
