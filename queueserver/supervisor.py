@@ -93,6 +93,7 @@ class Supervisor:
         self.config = config
         self.children: List[Child] = []
         self._stopping = False
+        self._reload = False
         self.runtime = RuntimeDir(config.runtime_dir)
         self.data: Optional[DataDir] = (DataDir(config.data_dir)
                                         if config.durable and config.data_dir is not None else None)
@@ -436,6 +437,7 @@ class Supervisor:
         having touched nothing another server could be using."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGHUP, self._on_reload)
         if self.config.cluster is not None:
             self._join_cluster()
         try:
@@ -474,6 +476,8 @@ class Supervisor:
             published = False
             while not self._stopping:
                 self._watch()
+                if self._reload:
+                    self._pass_reload()
                 if not published and all(os.path.exists(path) for path in self._ready_files()):
                     self._write_ports()  # every router serves: clients may come
                     published = True
@@ -521,6 +525,17 @@ class Supervisor:
                                      node.name, info)
         self.membership.start()
         self.resumer = Resumer(self.cluster, node.name).start()
+
+    def _on_reload(self, signum: int, frame: Optional[FrameType]) -> None:
+        self._reload = True
+
+    def _pass_reload(self) -> None:
+        """SIGHUP: every router reads its TLS and access files again."""
+        self._reload = False
+        log.info("received SIGHUP: the routers reload their TLS and access files")
+        for child in self.children:
+            if child.name.startswith("router") and child.process is not None and child.process.poll() is None:
+                child.process.send_signal(signal.SIGHUP)
 
     def _on_signal(self, signum: int, frame: Optional[FrameType]) -> None:
         if not self._stopping:

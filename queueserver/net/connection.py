@@ -127,6 +127,7 @@ class Server(Protocol[Pending, Owned]):
     def after_requests(self) -> None: ...
     def connection_closed(self, connection: "ClientConnection[Pending, Owned]") -> None: ...
     def client_left(self, connection: "ClientConnection[Pending, Owned]") -> None: ...
+    def admit(self, connection: "ClientConnection[Pending, Owned]") -> Optional[str]: ...
 
 
 class Timer(Protocol):
@@ -228,6 +229,10 @@ class ClientConnection(Generic[Pending, Owned]):
         self.slots: Deque[Slot[Pending, Owned]] = deque()
         self.held: Deque[Command] = deque()  # decoded requests waiting for room (or for a move)
         self.closed = False        # no more requests are taken from this client
+        #: who the client is, as the access rules name it ("": not identified)
+        self.identity = ""
+        #: its TLS certificate's subject CN, then its SAN names (none without one)
+        self.certificate_names: Tuple[str, ...] = ()
         self._gone = False
         self._eof = False          # the client's input has ended: nothing more is read
         self._fin = False          # its FIN is known (read, or seen behind unread requests)
@@ -264,8 +269,22 @@ class ClientConnection(Generic[Pending, Owned]):
         if self.moves:   # what other processes wrote counts in the socket's acknowledged bytes
             self._written_before = self._bytes_acked() + self._unacknowledged()
         self._watcher.start(self._readable)
+        if not self.moves and not self._admitted():
+            return
         if unread:
             self._received(unread)
+
+    def _admitted(self) -> bool:
+        """Whether the server serves this client (it is known, or nobody
+        needs to be); if not, it gets the protocol's refusal and is closed."""
+        message = self.server.admit(self)
+        if message is None:
+            return True
+        data = self.codec.refusal(message)
+        self.writer.write(data)
+        self._written += len(data)
+        self._close_after_reply()
+        return False
 
     # ------------------------------------------------------------ reading
     def _readable(self) -> None:

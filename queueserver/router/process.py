@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import resource
+import signal
 import time
 from typing import Final, List, Optional
 
@@ -62,6 +63,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         gevent.sleep(0.02)
     for protocol, fd in config["listen_fds"].items():
         router.listen(protocol, fd)
+    gevent.signal_handler(signal.SIGHUP, router.reload)   # the supervisor passes its SIGHUP on
     # /metrics: the supervisor asks for this router's counters there; on etcd, it tells the cluster's state there
     control = config.get("control")
     if control:

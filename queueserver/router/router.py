@@ -282,6 +282,14 @@ class Router:
                 link.introduced.discard(origin)
                 link.notify("left", origin)
 
+    def admit(self, connection: Connection) -> Optional[str]:
+        """Why ``connection``'s client is not served (None: it is)."""
+        return None
+
+    def reload(self) -> None:
+        """SIGHUP: read the TLS and access files again; connections stay."""
+        log.info("router %d: reloading", self.index)
+
     def after_requests(self) -> None:
         """Frames leave once per loop turn anyway: nothing to do here."""
 

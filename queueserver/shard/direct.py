@@ -169,6 +169,10 @@ class DirectServer:
     def after_requests(self) -> None:
         self.shard.schedule_after_batch()
 
+    def admit(self, connection: Connection) -> Optional[str]:
+        """A moved connection was admitted where it was accepted."""
+        return None
+
     # ------------------------------------------------------------- leaving
     def withdraw(self, token: Token) -> None:
         """The client left: the engine answers the parked request at once."""
