@@ -15,6 +15,6 @@ Pure: :func:`load` reads a file's text and :func:`parse` turns it into
 resolve a connection's identity once, at connect (:meth:`AccessRules.resolve`),
 and check each request against the identity's :class:`Permissions`.
 """
-from .rules import (JOB_QUEUE, AccessError, AccessRules, Identity, Matcher, Permissions, load, parse)
+from .rules import (JOB_QUEUE, AccessControl, AccessError, AccessRules, Identity, Matcher, Permissions, load, parse)
 
-__all__ = ["JOB_QUEUE", "AccessError", "AccessRules", "Identity", "Matcher", "Permissions", "load", "parse"]
+__all__ = ["JOB_QUEUE", "AccessControl", "AccessError", "AccessRules", "Identity", "Matcher", "Permissions", "load", "parse"]

@@ -82,6 +82,11 @@ class Permissions:
         self.identity = identity
         self.matchers: Dict[str, Matcher] = {verb: Matcher(patterns.get(verb, ())) for verb in ALL_VERBS}
 
+    def take(self, other: "Permissions") -> None:
+        """Take ``other``'s rules (a reload): every connection holding this
+        object checks its next request against them."""
+        self.matchers = other.matchers
+
     def may(self, verb: str, name: str) -> bool:
         return self.matchers[verb](name)
 
@@ -168,6 +173,44 @@ class AccessRules:
             if ip.version == network.version and ip in network:
                 return identity
         return None
+
+
+class AccessControl:
+    """The rules a process enforces now. Connections hold the
+    :class:`Permissions` of their identity, one shared object per identity
+    name, which :meth:`replace` updates in place: new rules apply to every
+    connection's next request, with no list of connections to walk."""
+
+    def __init__(self, rules: AccessRules) -> None:
+        self.rules = rules
+        self._live: Dict[str, Permissions] = {}
+
+    @property
+    def path(self) -> str:
+        return self.rules.path
+
+    def admit(self, certificate_names: Sequence[str], address: str) -> Optional[Permissions]:
+        """The permissions of a new connection's identity (None: unknown)."""
+        identity = self.rules.resolve(certificate_names, address)
+        return None if identity is None else self.permissions(identity.name)
+
+    def permissions(self, name: str) -> Permissions:
+        """Identity ``name``'s live permissions (one it no longer names may do nothing)."""
+        live = self._live.get(name)
+        if live is None:
+            identity = self.rules.identities.get(name)
+            live = self._live[name] = identity.permissions if identity is not None else Permissions(name, {})
+        return live
+
+    def replace(self, rules: AccessRules) -> None:
+        """Enforce ``rules`` from now on. A connection keeps the identity it
+        was given at connect (what it is known by does not change while it
+        is open); its identity's new permissions apply at once, and an
+        identity the new rules do not name may do nothing."""
+        self.rules = rules
+        for name, live in self._live.items():
+            identity = rules.identities.get(name)
+            live.take(identity.permissions if identity is not None else Permissions(name, {}))
 
 
 # ------------------------------------------------------------------ reading

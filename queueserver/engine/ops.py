@@ -75,9 +75,9 @@ PRODUCE: Final = "produce"
 #: Takes work and tells its outcome: lease, take, complete, fail, retry, a
 #: worker's finishing delete (takeanumber's DONE, goqueue's DELETE).
 CONSUME: Final = "consume"
-#: Reads without changing anything: sizes, a job, its result, listings.
+#: Reads: sizes, a job, its result, listings (and makes an empty queue: queued's USE).
 INSPECT: Final = "inspect"
-#: Removes or shapes what others put there: delete by id, create a queue.
+#: Removes what others put there: workq's delete by id (the console's actions too).
 ADMIN: Final = "admin"
 #: Every verb, in the order the access file and the docs list them.
 ALL_VERBS: Final = (PRODUCE, CONSUME, INSPECT, ADMIN)
@@ -118,7 +118,9 @@ OPS: Final[Dict[str, Op]] = {
     "done": Op(_CLIENT_CHANGE | NAMES_CLIENT, verb=CONSUME),
     # goqueue's DELETE: how its worker finishes a reserved job
     "delete_number": Op(_CLIENT_CHANGE | NAMES_CLIENT, verb=CONSUME),
-    "create_queue": Op(_CLIENT_CHANGE, verb=ADMIN),
+    # queued's USE, TaskFlux's create: an empty queue, no job changed; every queued
+    # client USEs its queue first, so the harmless verb its producers and consumers can both hold
+    "create_queue": Op(_CLIENT_CHANGE, verb=INSPECT),
     # what clients read
     "result": Op(_CLIENT_READ, PAYLOAD, verb=INSPECT),
     "size": Op(_CLIENT_READ, verb=INSPECT),
