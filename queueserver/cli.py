@@ -15,7 +15,8 @@ from typing import List, NoReturn, Optional
 from . import BUILD, __version__
 from .cluster.arguments import add_parser as add_cluster_parser
 from .config import (CODEC_OPTIONS, DEFAULT_METRICS_PORT, HISTORY, LISTENER, LOG_LEVELS, SERVER, Config,
-                     ConfigError, Setting, history_attribute)
+                     ConfigError, Setting, history_attribute,
+                     ACCESS, access_attribute)
 from .protocols import DEFAULT_PORTS
 
 PROG = "queueserver"
@@ -79,6 +80,8 @@ def _serve_parser(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
             _add_flag(p, setting, f"{protocol}_{key}")
     for key, setting in HISTORY.items():
         _add_flag(p, setting, history_attribute(key))
+    for key, setting in ACCESS.items():
+        _add_flag(p, setting, access_attribute(key))
 
 
 def _worker_parser(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
@@ -157,6 +160,16 @@ def build_config(args: argparse.Namespace) -> Config:
         value = getattr(args, history_attribute(key))
         if value is not None:
             setattr(config, history_attribute(key), setting.check(_flag(setting), value))
+    for key, setting in ACCESS.items():
+        value = getattr(args, access_attribute(key))
+        if value is not None:
+            setattr(config, access_attribute(key), setting.check(_flag(setting), value))
+    if config.access_acl is not None:   # a bad access file stops the start, in one line
+        from .access import AccessError, load as load_access
+        try:
+            load_access(config.access_acl)
+        except AccessError as err:
+            raise ConfigError(str(err)) from None
     if args.metrics_port is not None:
         config.metrics.port = _port("--metrics-port", args.metrics_port)
     if args.no_metrics:

@@ -241,6 +241,22 @@ CONSOLE: Dict[str, Setting] = {
 }
 
 
+#: ``[access]``: who may connect and what each identity may do (the access
+#: file, :mod:`queueserver.access`); the attribute of :class:`Config` is ``access_<key>``.
+ACCESS: Dict[str, Setting] = {
+    "acl": Setting("file", flag="--acl", metavar="FILE",
+                   help="the access file: client identities (by certificate name or source network) "
+                        "and the queues each may produce to, consume from, inspect and administer; "
+                        "unknown clients are refused at connect; reread on SIGHUP (default: none, so "
+                        "every client may do everything)"),
+}
+
+
+def access_attribute(key: str) -> str:
+    """The :class:`Config` attribute of ``[access] key``."""
+    return f"access_{key}"
+
+
 def console_attribute(key: str) -> str:
     """The :class:`Config` attribute of ``[console] key``."""
     return f"console_{key}"
@@ -314,6 +330,8 @@ class Config:
     #: ``[console]`` (:data:`CONSOLE`): the tokens of console actions, the history report's place
     console_token_file: Optional[str] = None
     console_history_report: Optional[str] = None
+    #: ``[access]`` (:data:`ACCESS`): the access file (None: everyone may do everything)
+    access_acl: Optional[str] = None
     #: server-wide keys set by the file or a flag, not left at their default
     explicit: Set[str] = field(default_factory=set, compare=False, repr=False)
     cluster: Optional[str] = None
@@ -350,9 +368,15 @@ class Config:
         """Apply a parsed TOML document, checking every key."""
         server = _table("server", data.get("server", {}))
         for key in data:
-            if key not in ("server", "history", "metrics", "console") and key not in SERVER \
+            if key not in ("server", "history", "metrics", "console", "access") and key not in SERVER \
                     and key not in self.listeners:
-                raise unknown_key(key, ["server", "history", "metrics", "console", *SERVER, *self.listeners])
+                raise unknown_key(key, ["server", "history", "metrics", "console", "access", *SERVER,
+                                        *self.listeners])
+        access = _table("access", data.get("access", {}))
+        for key, value in access.items():
+            if key not in ACCESS:
+                raise unknown_key(f"access.{key}", list(ACCESS))
+            setattr(self, access_attribute(key), ACCESS[key].check(f"access.{key}", value))
         console = _table("console", data.get("console", {}))
         for key, value in console.items():
             if key not in CONSOLE:
@@ -404,6 +428,10 @@ class Config:
         if self.history_checkpoint is not None:
             args += ["--history-checkpoint", os.path.abspath(self.history_checkpoint)]
         return args
+
+    def access_file(self) -> Optional[str]:
+        """The access file's absolute path (routers and shards read it), or None."""
+        return os.path.abspath(self.access_acl) if self.access_acl is not None else None
 
     def shard_max_queues(self) -> int:
         """Each shard's part of ``max_queues`` (rounded up, so the shards together hold at least it)."""

@@ -93,6 +93,7 @@ class Supervisor:
         self.config = config
         self.children: List[Child] = []
         self._stopping = False
+        self._reload = False
         self.runtime = RuntimeDir(config.runtime_dir)
         self.data: Optional[DataDir] = (DataDir(config.data_dir)
                                         if config.durable and config.data_dir is not None else None)
@@ -132,6 +133,7 @@ class Supervisor:
                                          "--queue-idle-timeout", repr(config.queue_idle_timeout),
                                          "--shards", str(config.shards), "--log-level", level]
                           + (["--direct-path"] if config.direct_path else [])
+                          + self._access_args()
                           + ([] if config.metrics.enabled else ["--no-metrics"])
                           + (["--data-dir", self.data.shard_dir(i), "--fsync", config.fsync,
                               "--fsync-interval", repr(config.fsync_interval),
@@ -174,6 +176,9 @@ class Supervisor:
                 "ready_file": self.runtime.file(f"router-{i}.ready"),
                 "control": self.runtime.file(f"router-{i}.ctl"),   # for /metrics
             }
+            access = config.access_file()
+            if access is not None:
+                router_config["access"] = access
             if place is not None:
                 router_config["cluster"] = place
             else:
@@ -183,6 +188,11 @@ class Supervisor:
                                          "--config", json.dumps(router_config), "--log-level", level],
                                   pass_fds=tuple(fds.values()) + locks))
         return children
+
+    def _access_args(self) -> List[str]:
+        """A shard's access file: it checks the requests of connections moved to it."""
+        access = self.config.access_file()
+        return ["--access", access] if access is not None else []
 
     def _host_ids(self) -> int:
         """The memory file of this host's job ids, made once and kept open
@@ -212,7 +222,7 @@ class Supervisor:
             "--socket", self.runtime.file(f"takeover-{ordinal}.sock"),
             "--max-queues", str(config.shard_max_queues()),
             "--queue-idle-timeout", repr(config.queue_idle_timeout),
-            "--fsync-interval", repr(config.fsync_interval), *common]
+            "--fsync-interval", repr(config.fsync_interval), *common, *self._access_args()]
             + ([] if config.metrics.enabled else ["--no-metrics"]))
 
     def _coordinate(self) -> None:
@@ -436,6 +446,7 @@ class Supervisor:
         having touched nothing another server could be using."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGHUP, self._on_reload)
         if self.config.cluster is not None:
             self._join_cluster()
         try:
@@ -474,6 +485,8 @@ class Supervisor:
             published = False
             while not self._stopping:
                 self._watch()
+                if self._reload:
+                    self._pass_reload()
                 if not published and all(os.path.exists(path) for path in self._ready_files()):
                     self._write_ports()  # every router serves: clients may come
                     published = True
@@ -521,6 +534,19 @@ class Supervisor:
                                      node.name, info)
         self.membership.start()
         self.resumer = Resumer(self.cluster, node.name).start()
+
+    def _on_reload(self, signum: int, frame: Optional[FrameType]) -> None:
+        self._reload = True
+
+    def _pass_reload(self) -> None:
+        """SIGHUP: every router reads its TLS and access files again, and with
+        an access file every shard serving clients (the direct path) reads it too."""
+        self._reload = False
+        log.info("received SIGHUP: the routers reload their TLS and access files")
+        readers = ("router", "shard-", "takeover-") if self.config.access_acl is not None else ("router",)
+        for child in self.children:
+            if child.name.startswith(readers) and child.process is not None and child.process.poll() is None:
+                child.process.send_signal(signal.SIGHUP)
 
     def _on_signal(self, signum: int, frame: Optional[FrameType]) -> None:
         if not self._stopping:

@@ -20,6 +20,9 @@ other. The order follows what each needs to do its job, never who runs it:
 * **metrics** are the counters the hot path bumps (traffic, histograms,
   which protocols used a queue) and the control socket that reads them:
   below everything that counts;
+* **access** (the access file: identities and what each may do) reads the
+  verbs the table of operations declares and the codecs' commands; a peer
+  of metrics;
 * **net** (client connections, frame channels, link authentication) runs
   the codecs and counts into metrics; the **store** (the shards' logs)
   counts its fsyncs there; neither knows the other;
@@ -68,7 +71,7 @@ LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("__init__",),
     ("engine",),
     ("protocols",),
-    ("metrics",),
+    ("metrics", "access"),
     ("net", "store"),
     ("cluster", "config", "reshard"),
     ("links",),

@@ -317,6 +317,11 @@ def problems(table: Dict[str, ops.Op], event_kinds: Dict[str, ops.EventKind],
                 out.append(f"{name}: the shard's {part} serves it; the table does not say so")
         if (entry.delivery != ops.NO_DELIVERY) != (entry.undo is not None):
             out.append(f"{name}: a delivery needs the request that gives its job back, and only one")
+        if entry.flags & ops.FROM_CLIENT and entry.verb not in ops.ALL_VERBS:
+            out.append(f"{name}: a client's operation needs a verb the access rules check "
+                       f"(one of {', '.join(ops.ALL_VERBS)}); it has {entry.verb!r}")
+        if not entry.flags & ops.FROM_CLIENT and entry.verb:
+            out.append(f"{name}: the server's own operation has a verb ({entry.verb}): no client sends it")
         if entry.undo is not None and entry.undo not in requests:
             out.append(f"{name}: its give-back {entry.undo} has no engine handler")
     for s in seen:
@@ -408,6 +413,22 @@ def test_an_event_missing_from_the_table_or_the_engine_is_found(kind):
 def test_an_operation_no_codec_makes_is_found(name):
     made = {protocol: names - {name} for protocol, names in MADE.items()}
     assert f"{name}: the table says clients send it; no codec makes it" in _problems(made=made)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, e in ops.OPS.items() if e.flags & ops.FROM_CLIENT))
+def test_a_clients_operation_without_a_verb_is_found(name):
+    """Every client's operation declares what the access rules check."""
+    table = dict(ops.OPS)
+    table[name] = ops.OPS[name]._replace(verb="")
+    assert any(p.startswith(f"{name}: a client's operation needs a verb") for p in _problems(table=table))
+    assert ops.VERBS[name] in ops.ALL_VERBS
+
+
+def test_a_servers_operation_with_a_verb_is_found():
+    table = dict(ops.OPS)
+    table["unlease"] = ops.OPS["unlease"]._replace(verb=ops.CONSUME)
+    assert "unlease: the server's own operation has a verb (consume): no client sends it" in \
+        _problems(table=table)
 
 
 def test_a_codec_making_an_operation_the_table_lacks_is_found():

@@ -226,7 +226,7 @@ def test_retry():
 
 def test_done():
     cmd = one(b"DONE my_queue 0269073f-f624-4cf9-8c53-ab3d194137b3\r\n")
-    assert shape(cmd) == ("delete", [SEED_ID, "my_queue"], BY_NAME, "my_queue", None)
+    assert shape(cmd) == ("done", [SEED_ID, "my_queue"], BY_NAME, "my_queue", None)
     assert cmd.render([OK, None]) == b"+OK\r\n"                                     # seed
     assert cmd.render([NOT_FOUND, ""]) == b"-ERR No such Id.\r\n"                   # seed
     assert cmd.render([SERVER_ERROR, "Shard 1 unavailable"]) == b"-ERR Shard 1 unavailable\r\n"
@@ -236,7 +236,7 @@ def test_done_seed_example_without_line_end_waits_for_it():
     codec = TakeANumberCodec()
     assert codec.receive(b"DONE nopenopenope 0269073f-ffff-4444-8888-ab3d194137b3") == []
     cmd, = codec.receive(b"\r\n")
-    assert shape(cmd) == ("delete", ["0269073f-ffff-4444-8888-ab3d194137b3", "nopenopenope"],
+    assert shape(cmd) == ("done", ["0269073f-ffff-4444-8888-ab3d194137b3", "nopenopenope"],
                           BY_NAME, "nopenopenope", None)
     assert cmd.render([NOT_FOUND, ""]) == b"-ERR No such Id.\r\n"
 
@@ -255,7 +255,7 @@ def test_retry_done_with_an_id_that_cannot_exist(verb):
 def test_extra_spaces_between_tokens_are_ignored():
     assert shape(one(b"  LEN q\r\n")) == ("size", ["q"], BY_NAME, "q", None)
     assert one(b" ADD q 1 x\r\n").args[2] == b"x"
-    assert shape(one(b"DONE  q   id  \r\n")) == ("delete", ["id", "q"], BY_NAME, "q", None)
+    assert shape(one(b"DONE  q   id  \r\n")) == ("done", ["id", "q"], BY_NAME, "q", None)
     assert shape(one(b"LEN q \r\n")) == ("size", ["q"], BY_NAME, "q", None)
 
 
@@ -302,7 +302,7 @@ EXPECTED = [
     ("lease", [["a"], 0], BY_NAME, "a", None),
     ("retry", ["id1", "a"], BY_NAME, "a", None),
     ("local", b"-ERR Unrecognized command.\r\n", False),
-    ("delete", ["id2", "a"], BY_NAME, "a", None),
+    ("done", ["id2", "a"], BY_NAME, "a", None),
     ("local", b"-ERR No body provided.\r\n", False),
     ("local", b"-ERR Invalid number of retries.\r\n", False),
     ("local", b"-ERR Missing RETRY parameters.\r\n", False),

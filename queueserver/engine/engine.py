@@ -64,7 +64,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from typing import (Any, Callable, ClassVar, Dict, Final, Iterable, Iterator, List, Literal, Optional,
-                    Sequence, Set)
+                    Sequence, Set, Union)
 
 from . import job as J
 from .effects import Effects, Event, JobEvent, Token
@@ -323,7 +323,8 @@ class Engine:
         return [OK, None]
 
     def _delete(self, now: int, token: Token, id: str, name: Optional[str] = None) -> Reply:
-        """Remove a job. A delete naming the job's queue is takeanumber's DONE:
+        """Remove a job. A delete naming the job's queue is takeanumber's DONE
+        (``done``, a consumer's verb where ``delete`` is an administrator's):
         of a leased job, it is how that protocol's worker finishes it."""
         job = self._job(id, name)
         if name is not None and job.state == J.LEASED:
@@ -444,6 +445,19 @@ class Engine:
         for id in list(self.owned.get(owner, ())):
             self.apply(("release", id, now))
         return [OK, None]
+
+    def queue_of(self, key: Union[str, int]) -> Optional[str]:
+        """The queue of the job named by id (a str) or number (an int); None: no such job here."""
+        job = self.jobs.get(key) if isinstance(key, str) else self._numbered().get(key)
+        return None if job is None else job.name
+
+    def _queue_of(self, now: int, token: Token, key: Union[str, int]) -> Reply:
+        """What a router checks an identity's permission on before it sends a
+        request naming a job: the job's queue (a job never changes queue)."""
+        name = self.queue_of(key)
+        if name is None:
+            raise not_found()
+        return [OK, name]
 
     def _exists(self, now: int, token: Token, id: str) -> Reply:
         self._job(id)
@@ -1059,6 +1073,7 @@ class Engine:
 REQUESTS: Final[Dict[str, Callable[..., Optional[Reply]]]] = {
     "add": Engine._add, "run": Engine._run, "lease": Engine._lease, "unlease": Engine._unlease,
     "complete": Engine._complete, "fail": Engine._fail, "retry": Engine._retry, "delete": Engine._delete,
+    "done": Engine._delete, "queue_of": Engine._queue_of,
     "delete_number": Engine._delete_number, "result": Engine._result, "cancel": Engine._cancel,
     "disown": Engine._disown, "withdraw_new": Engine._withdraw_new, "take": Engine._take,
     "restore": Engine._restore, "size": Engine._size, "has": Engine._has,

@@ -15,8 +15,14 @@ change means for its job, which the job history (:mod:`queueserver.shard.outcome
 and the metrics (:mod:`queueserver.shard.stats`) read; each has its handler
 in ``Engine.EVENTS``.
 
+Each client's operation also names its *verb* (:data:`PRODUCE`,
+:data:`CONSUME`, :data:`INSPECT`, :data:`ADMIN`): what an identity must be
+allowed on the queue it names (or, for a job named by id or number, on the
+job's queue) for it to run (:mod:`queueserver.access`).
+
 Like Redis's ``commands.def``: one declaration each, flags that subsystems
-read. Plain data, compiled with the hot path: readers take the derived
+read (and, like its ACL categories, a verb that the access rules read).
+Plain data, compiled with the hot path: readers take the derived
 module-level sets and dicts, as cheap as the sets they replace.
 """
 from __future__ import annotations
@@ -63,6 +69,20 @@ ACKNOWLEDGED: Final = 1
 WRITTEN: Final = 2
 
 
+# ------------------------------------------------------------------ verbs
+#: Adds jobs.
+PRODUCE: Final = "produce"
+#: Takes work and tells its outcome: lease, take, complete, fail, retry, a
+#: worker's finishing delete (takeanumber's DONE, goqueue's DELETE).
+CONSUME: Final = "consume"
+#: Reads: sizes, a job, its result, listings (and makes an empty queue: queued's USE).
+INSPECT: Final = "inspect"
+#: Removes what others put there: workq's delete by id (the console's actions too).
+ADMIN: Final = "admin"
+#: Every verb, in the order the access file and the docs list them.
+ALL_VERBS: Final = (PRODUCE, CONSUME, INSPECT, ADMIN)
+
+
 class Op(NamedTuple):
     """One operation's traits."""
 
@@ -73,6 +93,8 @@ class Op(NamedTuple):
     delivery: int = NO_DELIVERY
     #: the request that gives back a job its answer delivered to a client that had left
     undo: Optional[str] = None
+    #: what an identity must be allowed to do on its queue (a client's operation; "" for the server's own)
+    verb: str = ""
 
 
 _CLIENT_CHANGE: Final = FROM_CLIENT | ENGINE | CHANGES
@@ -83,26 +105,32 @@ _SERVER_CHANGE: Final = ENGINE | CHANGES
 #: and on a shard's link.
 OPS: Final[Dict[str, Op]] = {
     # a job's life, as clients ask for it
-    "add": Op(_CLIENT_CHANGE | NUMBERED | NAMES_CLIENT, carries=2),
-    "run": Op(_CLIENT_CHANGE | NUMBERED | NAMES_CLIENT, PAYLOAD, carries=2),
-    "lease": Op(_CLIENT_CHANGE | NAMES_CLIENT, PAYLOAD, delivery=ACKNOWLEDGED, undo="unlease"),
-    "take": Op(_CLIENT_CHANGE | NAMES_CLIENT, PAYLOAD, delivery=WRITTEN, undo="restore"),
-    "complete": Op(_CLIENT_CHANGE | NAMES_CLIENT, carries=1),
-    "fail": Op(_CLIENT_CHANGE | NAMES_CLIENT, carries=1),
-    "retry": Op(_CLIENT_CHANGE | NAMES_CLIENT),
-    "delete": Op(_CLIENT_CHANGE | NAMES_CLIENT),
-    "delete_number": Op(_CLIENT_CHANGE | NAMES_CLIENT),
-    "create_queue": Op(_CLIENT_CHANGE),
+    "add": Op(_CLIENT_CHANGE | NUMBERED | NAMES_CLIENT, carries=2, verb=PRODUCE),
+    "run": Op(_CLIENT_CHANGE | NUMBERED | NAMES_CLIENT, PAYLOAD, carries=2, verb=PRODUCE),
+    "lease": Op(_CLIENT_CHANGE | NAMES_CLIENT, PAYLOAD, delivery=ACKNOWLEDGED, undo="unlease",
+                verb=CONSUME),
+    "take": Op(_CLIENT_CHANGE | NAMES_CLIENT, PAYLOAD, delivery=WRITTEN, undo="restore", verb=CONSUME),
+    "complete": Op(_CLIENT_CHANGE | NAMES_CLIENT, carries=1, verb=CONSUME),
+    "fail": Op(_CLIENT_CHANGE | NAMES_CLIENT, carries=1, verb=CONSUME),
+    "retry": Op(_CLIENT_CHANGE | NAMES_CLIENT, verb=CONSUME),
+    "delete": Op(_CLIENT_CHANGE | NAMES_CLIENT, verb=ADMIN),
+    # takeanumber's DONE: how its worker finishes a reserved job (a delete naming the queue)
+    "done": Op(_CLIENT_CHANGE | NAMES_CLIENT, verb=CONSUME),
+    # goqueue's DELETE: how its worker finishes a reserved job
+    "delete_number": Op(_CLIENT_CHANGE | NAMES_CLIENT, verb=CONSUME),
+    # queued's USE, TaskFlux's create: an empty queue, no job changed; every queued
+    # client USEs its queue first, so the harmless verb its producers and consumers can both hold
+    "create_queue": Op(_CLIENT_CHANGE, verb=INSPECT),
     # what clients read
-    "result": Op(_CLIENT_READ, PAYLOAD),
-    "size": Op(_CLIENT_READ),
-    "has": Op(_CLIENT_READ),
-    "inspect_job": Op(_CLIENT_READ, PAYLOAD),
-    "inspect_jobs": Op(_CLIENT_READ, LISTING),
-    "inspect_scheduled": Op(_CLIENT_READ, LISTING),
-    "inspect_queue": Op(_CLIENT_READ),
-    "inspect_queues": Op(_CLIENT_READ, QUEUE_LISTING),
-    "inspect_server": Op(_CLIENT_READ),
+    "result": Op(_CLIENT_READ, PAYLOAD, verb=INSPECT),
+    "size": Op(_CLIENT_READ, verb=INSPECT),
+    "has": Op(_CLIENT_READ, verb=INSPECT),
+    "inspect_job": Op(_CLIENT_READ, PAYLOAD, verb=INSPECT),
+    "inspect_jobs": Op(_CLIENT_READ, LISTING, verb=INSPECT),
+    "inspect_scheduled": Op(_CLIENT_READ, LISTING, verb=INSPECT),
+    "inspect_queue": Op(_CLIENT_READ, verb=INSPECT),
+    "inspect_queues": Op(_CLIENT_READ, QUEUE_LISTING, verb=INSPECT),
+    "inspect_server": Op(_CLIENT_READ, verb=INSPECT),
     # the server's own: give-backs and ends of what a client left (never
     # refused: they undo), a refused id, and another shard's question
     "unlease": Op(_SERVER_CHANGE),
@@ -111,6 +139,8 @@ OPS: Final[Dict[str, Op]] = {
     "disown": Op(_SERVER_CHANGE),
     "withdraw_new": Op(_SERVER_CHANGE),
     "exists": Op(ENGINE),
+    # the queue of a job named by id or number: what a router checks an identity's permission on
+    "queue_of": Op(ENGINE),
     # a cluster's slots: the shard's first ones, the ``cluster`` command's moves
     "claim": Op(_SERVER_CHANGE),
     "move_out": Op(_SERVER_CHANGE | CLUSTER),
@@ -147,6 +177,8 @@ DELIVERIES: Final = frozenset(name for name, op in OPS.items() if op.delivery !=
 DELIVERED_WHEN_WRITTEN: Final = frozenset(name for name, op in OPS.items() if op.delivery == WRITTEN)
 #: Delivering request -> the request that gives its job back.
 UNDOES: Final[Dict[str, str]] = {name: op.undo for name, op in OPS.items() if op.undo is not None}
+#: Client's request -> its verb (what the access rules check; see :data:`ALL_VERBS`).
+VERBS: Final[Dict[str, str]] = {name: op.verb for name, op in OPS.items() if op.flags & FROM_CLIENT}
 #: Request -> ``(carries, answer)``: what a connection budgets for it in flight.
 BUDGETS: Final[Dict[str, Tuple[int, int]]] = {name: (op.carries, op.answer) for name, op in OPS.items()
                                               if op.flags & FROM_CLIENT}

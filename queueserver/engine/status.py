@@ -47,3 +47,8 @@ def server_error(message: str) -> EngineError:
 #: queue or job; ask the one named". ``[MOVED, [slot or None, owner ordinal
 #: or None, epoch]]``. Only routers see it; they retry at the owner.
 MOVED: Final = 5
+
+#: The client's identity may not do this (the access rules): ``[FORBIDDEN,
+#: message]``, rendered as each protocol renders its other errors. Never
+#: the engine's: the server's shells answer it before a request runs.
+FORBIDDEN: Final = 6

@@ -136,6 +136,7 @@ class Status(TypedDict):
     queues: Dict[str, QueueStatus]
     histograms: Dict[str, Snapshot]   # wait_seconds, lease_seconds, fsync_seconds
     slot_moves: Dict[str, int]        # in, out
+    refusals: NotRequired[Dict[str, Dict[str, int]]]   # by the access rules: identity -> verb -> count
 
 
 # ------------------------------------------------------------ adding up
@@ -169,6 +170,7 @@ def _add(into: Any, more: Any) -> Any:
 def _counters(answer: Answer) -> Dict[str, Any]:
     """The parts of a process's answer that only grow (its counters)."""
     part: Dict[str, Any] = {key: answer.get(key, 0) for key in ("accepted", "bytes_received", "bytes_sent")}
+    part["refusals"] = copy.deepcopy(answer.get("refusals") or {})
     if answer.get("kind") == "shard":
         part["rows"] = {name: list(row[:NCOUNTERS]) for name, row in answer.get("rows", {}).items()}
         part["other"] = list(answer.get("other", [0] * NCOUNTERS)[:NCOUNTERS])
@@ -352,6 +354,9 @@ class NodeView:
             snapshot["sum"] = keep_sum(("histogram", name, "sum"), snapshot["sum"])
         for key, value in status["slot_moves"].items():
             status["slot_moves"][key] = keep(("slot_moves", key), value)
+        for identity, verbs in status.get("refusals", {}).items():
+            for verb, value in verbs.items():
+                verbs[verb] = keep(("refusals", identity, verb), value)
         # series that went (a queue without its label any more) are forgotten
         self._high, self._high_sums = seen, seen_sums
         return status
@@ -363,6 +368,7 @@ class NodeView:
         lease = empty_snapshot(LATENCY_BUCKETS)
         fsync = empty_snapshot(FSYNC_BUCKETS)
         slot_moves = {"in": 0, "out": 0}
+        refused: Dict[str, Dict[str, int]] = {}
         shards: List[ShardStatus] = []
         routers: List[RouterStatus] = []
         totals = {"jobs": 0, "queues": 0, "connections": 0, "accepted": 0, "bytes_received": 0,
@@ -389,6 +395,7 @@ class NodeView:
                     add_snapshots(into, counted[key])
             for key in slot_moves:
                 slot_moves[key] += counted.get("slot_moves", {}).get(key, 0)
+            refused = _add(refused, counted.get("refusals", {}))
             shard_counts = [0] * NCOUNTERS
             for counts in [*counted.get("rows", {}).values(), counted.get("other", [0] * NCOUNTERS)]:
                 for i in range(NCOUNTERS):
@@ -433,6 +440,7 @@ class NodeView:
                 router["link_frames_sent"] = answer.get("link_frames_sent", 0)
                 router["link_frames"] = answer.get("link_frames", 0)
                 totals["connections"] += router["connections"]
+            refused = _add(refused, counted.get("refusals", {}))
             for counter in TRAFFIC_COUNTERS:
                 totals[counter] += router[counter]
             routers.append(router)
@@ -458,7 +466,7 @@ class NodeView:
             "uptime_seconds": round(time.monotonic() - self.started, 3),
             "shards": shards, "routers": routers, "totals": totals, "queues": queues,
             "histograms": {"wait_seconds": wait, "lease_seconds": lease, "fsync_seconds": fsync},
-            "slot_moves": slot_moves,
+            "slot_moves": slot_moves, "refusals": refused,
         }
 
 
@@ -565,6 +573,12 @@ def families(status: Status) -> List[Metric]:
     moves = counter("queueserver_slot_moves_total", "Cluster slots moved in or out.", ["direction"])
     for direction in ("in", "out"):
         moves.add_metric([node, direction], status["slot_moves"][direction])
+    refusals = counter("queueserver_access_refusals_total",
+                       "Requests (and, verb connect, connections) refused by the access rules.",
+                       ["identity", "verb"])
+    for identity, verbs in sorted(status.get("refusals", {}).items()):
+        for verb, count in sorted(verbs.items()):
+            refusals.add_metric([node, identity, verb], count)
     router_up = gauge("queueserver_router_up", "Whether the router answered this scrape.", ["router"])
     for router in status["routers"]:
         router_up.add_metric([node, str(router["router"])], 1 if router["up"] else 0)

@@ -67,11 +67,13 @@ from typing import (TYPE_CHECKING, Any, Callable, Deque, Dict, Final, Generic, O
 
 import gevent
 
-from ..engine.ops import BUDGETS, DELIVERED_WHEN_WRITTEN, DELIVERIES, LISTING, PAYLOAD, QUEUE_LISTING
-from ..engine.status import OK, SERVER_ERROR, Reply
+from ..access import JOB_QUEUE, Permissions
+from ..engine.ops import BUDGETS, DELIVERED_WHEN_WRITTEN, DELIVERIES, LISTING, PAYLOAD, QUEUE_LISTING, VERBS
+from ..engine.status import FORBIDDEN, OK, SERVER_ERROR, Reply
 from ..protocols.base import LOCAL, Command, StreamCodec
 from .channel import RECV_SIZE, BatchWriter, os_socket
 from .hangups import HangupWatch
+from ..metrics.refusals import refused
 from ..metrics.traffic import ACCEPTED, COUNTS as _TRAFFIC, OPEN, RECEIVED, SENT
 
 if TYPE_CHECKING:
@@ -127,6 +129,9 @@ class Server(Protocol[Pending, Owned]):
     def after_requests(self) -> None: ...
     def connection_closed(self, connection: "ClientConnection[Pending, Owned]") -> None: ...
     def client_left(self, connection: "ClientConnection[Pending, Owned]") -> None: ...
+    def admit(self, connection: "ClientConnection[Pending, Owned]") -> Optional[str]: ...
+    def execute_for_job(self, connection: "ClientConnection[Pending, Owned]", command: Command,
+                        callback: Callable[[Reply], None]) -> Optional[Pending]: ...
 
 
 class Timer(Protocol):
@@ -169,6 +174,22 @@ def reply_budget(command: Command, max_payload: int) -> int:
     elif answer == QUEUE_LISTING:
         budget += args[-1] * QUEUE_ENTRY
     return budget
+
+
+def refused_for_job(permissions: Permissions, command: Command, queue: str,
+                    callback: Callable[[Reply], None]) -> bool:
+    """Whether ``command``, naming a job of ``queue``, is refused to
+    ``permissions``' identity; if so it is answered (and counted) here, and
+    must not run: a queue the identity may not inspect is not shown (the
+    job is not found), one it may see answers permission denied."""
+    refusal = permissions.job_refusal(command, queue)
+    if refusal is None:
+        return False
+    op = command.op
+    verb = VERBS.get(op, "") if op is not None else ""
+    refused(permissions.identity, verb, permissions.message(verb, queue))
+    callback([refusal[0], refusal[1]])
+    return True
 
 
 class Slot(Generic[Pending, Owned]):
@@ -228,6 +249,12 @@ class ClientConnection(Generic[Pending, Owned]):
         self.slots: Deque[Slot[Pending, Owned]] = deque()
         self.held: Deque[Command] = deque()  # decoded requests waiting for room (or for a move)
         self.closed = False        # no more requests are taken from this client
+        #: who the client is, as the access rules name it ("": not identified)
+        self.identity = ""
+        #: its TLS certificate's subject CN, then its SAN names (none without one)
+        self.certificate_names: Tuple[str, ...] = ()
+        #: what its identity may do (None: no access rules, everything)
+        self.permissions: Optional[Permissions] = None
         self._gone = False
         self._eof = False          # the client's input has ended: nothing more is read
         self._fin = False          # its FIN is known (read, or seen behind unread requests)
@@ -264,8 +291,22 @@ class ClientConnection(Generic[Pending, Owned]):
         if self.moves:   # what other processes wrote counts in the socket's acknowledged bytes
             self._written_before = self._bytes_acked() + self._unacknowledged()
         self._watcher.start(self._readable)
+        if not self.moves and not self._admitted():
+            return
         if unread:
             self._received(unread)
+
+    def _admitted(self) -> bool:
+        """Whether the server serves this client (it is known, or nobody
+        needs to be); if not, it gets the protocol's refusal and is closed."""
+        message = self.server.admit(self)
+        if message is None:
+            return True
+        data = self.codec.refusal(message)
+        self.writer.write(data)
+        self._written += len(data)
+        self._close_after_reply()
+        return False
 
     # ------------------------------------------------------------ reading
     def _readable(self) -> None:
@@ -507,11 +548,31 @@ class ClientConnection(Generic[Pending, Owned]):
         self._budget += budget
         if self._debug:
             log.debug("connection %d: %s %r", self.id, command.op, command.key)
-        slot.pending = self.server.execute(self, command, slot.answer)
+        if self.permissions is None:
+            slot.pending = self.server.execute(self, command, slot.answer)
+        else:
+            slot.pending = self._execute_permitted(command, slot.answer)
         slot.executing = False
         if self._fin and slot.pending is not None:   # held until after the client's FIN: no waiting
             self.server.cut_short(slot.pending)
         return self.closed
+
+    def _execute_permitted(self, command: Command, answer: Callable[[Reply], None]) -> Optional[Pending]:
+        """Execute ``command`` if the client's identity may; else answer it
+        refused in the protocol's error form (the connection goes on). A
+        request naming a job is the server's to check: only the job's
+        shard knows its queue."""
+        permissions = self.permissions
+        assert permissions is not None
+        refusal = permissions.refusal(command)
+        if refusal is None:
+            return self.server.execute(self, command, answer)
+        if refusal == JOB_QUEUE:
+            return self.server.execute_for_job(self, command, answer)
+        op = command.op
+        refused(permissions.identity, VERBS.get(op, "") if op is not None else "", refusal)
+        answer([FORBIDDEN, refusal])
+        return None
 
     def _flush(self) -> None:
         slots = self.slots

@@ -42,6 +42,8 @@ class Move(NamedTuple):
     #: the router's description of the connection (who it is: address, protocol,
     #: since when; :data:`queueserver.links.clients.Description`), None if unknown
     client: Optional[List[Any]] = None
+    #: the identity the access rules gave it at connect ("": none): checked the same way wherever it is served
+    identity: str = ""
 
 
 class Gone(NamedTuple):

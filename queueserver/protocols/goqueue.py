@@ -88,7 +88,7 @@ def error(message: str) -> bytes:
 
 
 def _failure(reply: Reply, fallback: str) -> bytes:
-    if reply[0] == S.SERVER_ERROR and reply[1]:
+    if (reply[0] == S.SERVER_ERROR or reply[0] == S.FORBIDDEN) and reply[1]:
         return error(str(reply[1]))
     return error(fallback)
 

@@ -101,7 +101,7 @@ def _reserved(value: Sequence[Any]) -> bytes:
 
 
 render_reserve: Final = renderer(_reserved, _reserve_error)
-#: ``retry``/``delete`` -> ``+OK``; an unknown id -> ``-ERR No such Id.``
+#: ``retry``/``done`` -> ``+OK``; an unknown id -> ``-ERR No such Id.``
 render_ok: Final = renderer(lambda _: OK_REPLY, _error)
 
 
@@ -157,7 +157,7 @@ class TakeANumberCodec(LineCodec):
                 return Command.local(BAD_NAME)
             if id is None:
                 return Command.local(NO_SUCH_ID)
-            op = "retry" if command == b"RETRY" else "delete"
+            op = "retry" if command == b"RETRY" else "done"
             return Command(op, (id, name), BY_NAME, name, render_ok)
         if command == b"CLOSE":
             return Command.local(b"", close=True)

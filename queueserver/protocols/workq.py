@@ -114,7 +114,7 @@ def client_error(message: str) -> bytes:
 
 def _error(reply: Reply) -> bytes:
     status = reply[0]
-    if status == S.CLIENT_ERROR:
+    if status == S.CLIENT_ERROR or status == S.FORBIDDEN:   # refused by the access rules: the client's fault
         return client_error(reply[1])
     if status == S.SERVER_ERROR:
         return b"-SERVER-ERROR " + str(reply[1]).encode() + b"\r\n"

@@ -31,6 +31,8 @@ class _RouterConfigBase(TypedDict):
 
 
 class RouterConfig(_RouterConfigBase, total=False):
-    """What a router is told, as JSON in its ``--config``: one of ``cluster`` and ``numbers``."""
+    """What a router is told, as JSON in its ``--config``: one of ``cluster`` and ``numbers``;
+    ``access`` with an access file."""
     cluster: ClusterPlace
     numbers: str
+    access: str                               # the access file (absent: everyone may do everything)

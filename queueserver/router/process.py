@@ -13,12 +13,15 @@ import json
 import logging
 import os
 import resource
+import signal
+import sys
 import time
 from typing import Final, List, Optional
 
 import gevent
 
 from .. import memwatch
+from ..access import AccessError
 from ..lifecycle import die_with_supervisor, settle_gc, setup_logging, stop_event
 from .config import RouterConfig
 from .router import Router
@@ -56,6 +59,14 @@ def main(argv: Optional[List[str]] = None) -> None:
         router = ClusterRouter.from_config(config["cluster"], config["sockets"], *arguments)
     else:
         router = Router(config["sockets"], *arguments, numbers=config.get("numbers"))
+    gevent.signal_handler(signal.SIGHUP, router.reload)   # the supervisor passes its SIGHUP on
+    access = config.get("access")
+    if access is not None:
+        try:
+            router.use_access(access)
+        except AccessError as err:   # the supervisor checked it; it changed since
+            log.error("router %d cannot start: %s", router.index, err)
+            sys.exit(2)
     # Serve once this host's shards are linked (or the connect timeout has passed).
     deadline = time.monotonic() + CONNECT_TIMEOUT
     while not all(link.up for link in router.links if link.local) and time.monotonic() < deadline:

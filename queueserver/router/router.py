@@ -41,13 +41,15 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, Final, List, Optional, S
 import gevent
 from gevent import socket
 
+from ..access import AccessControl, AccessError, load as load_access
 from ..engine.ops import HISTORY_NAMES_CLIENT
 from ..engine.requests import AddRequest, RunRequest, with_id
 from ..engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR, Reply
 from ..engine.views import as_lease, undo_delivery
 from ..protocols import codec_class as load_codec
 from ..placement import shard_for
-from ..net.connection import MAY_MOVE, SERVE, ClientConnection
+from ..metrics.refusals import CONNECT, UNKNOWN, refused
+from ..net.connection import MAY_MOVE, SERVE, ClientConnection, refused_for_job
 from ..net.handoff import Gone, Move
 from ..net.hangups import HangupWatch
 from ..protocols.base import ALL, BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command, StreamCodec
@@ -102,10 +104,35 @@ class Located:
             inner.expire()
 
 
+class Checked:
+    """A request naming a job, sent once the access rules allow it on the
+    job's queue (asked of its shard first): what :meth:`Router.withdraw`
+    withdraws is whichever step it is at."""
+
+    __slots__ = ("router", "inner", "abandoned", "expired")
+
+    def __init__(self, router: "Router") -> None:
+        self.router = router
+        #: the question for the job's queue, then the request itself (None once answered)
+        self.inner: Optional["Pending"] = None
+        self.abandoned = False
+        self.expired = False
+
+    def abandon(self) -> None:
+        self.abandoned = True
+        if self.inner is not None:
+            self.router.withdraw(self.inner)
+
+    def expire(self) -> None:
+        self.expired = True
+        if self.inner is not None:
+            self.router.cut_short(self.inner)
+
+
 #: What :meth:`Router.execute` returns for a request that may wait, handed
 #: back to :meth:`Router.withdraw` or :meth:`Router.cut_short`: ``(link,
 #: request id)`` for a request to one shard, else the request spread over several.
-Pending = Union[Tuple[ShardLink, int], Located, Gather, FirstFound, SpreadLease]
+Pending = Union[Tuple[ShardLink, int], Located, Gather, FirstFound, SpreadLease, Checked]
 #: A router's client connection; it owns the links of the leases that end with it.
 Connection = ClientConnection[Pending, Set[ShardLink]]
 Callback = Callable[[Reply], None]
@@ -161,6 +188,12 @@ class Router:
         self._refused = 0
         self._refusal_logged = 0.0
         self._clients_due = False
+        #: the access rules (None: no access file, everyone may do everything)
+        self.access: Optional[AccessControl] = None
+
+    def use_access(self, path: str) -> None:
+        """Enforce the access file at ``path`` (raises :class:`AccessError`)."""
+        self.access = AccessControl(load_access(path))
 
     # ------------------------------------------------------------- listening
     def listen(self, protocol: str, fd: int) -> None:
@@ -282,6 +315,66 @@ class Router:
                 link.introduced.discard(origin)
                 link.notify("left", origin)
 
+    def admit(self, connection: Connection) -> Optional[str]:
+        """Why ``connection``'s client is not served (None: it is): with
+        access rules, its identity, by its certificate's names or its
+        address; an unknown one is refused."""
+        access = self.access
+        if access is None:
+            return None
+        address = _peer_host(connection)
+        permissions = access.admit(connection.certificate_names, address)
+        if permissions is None:
+            names = ", ".join(connection.certificate_names) or "no certificate"
+            refused(UNKNOWN, CONNECT, f"{connection.protocol} client from {address or 'an unknown address'} "
+                                      f"({names}): no identity of {access.path} is it")
+            return "Unknown client: not allowed to connect"
+        connection.identity = permissions.identity
+        connection.permissions = permissions
+        return None
+
+    def reload(self) -> None:
+        """SIGHUP: read the TLS and access files again; connections stay.
+        New rules apply to every connection's next request (each keeps the
+        identity it was given at connect); a file that cannot be used
+        leaves the rules as they were."""
+        log.info("router %d: reloading", self.index)
+        if self.access is not None:
+            try:
+                self.access.replace(load_access(self.access.path))
+            except AccessError as err:
+                log.error("router %d: the access rules stay as they were: %s", self.index, err)
+            else:
+                log.info("router %d: access rules reloaded from %s", self.index, self.access.path)
+
+    def execute_for_job(self, connection: Connection, command: Command, callback: Callback) -> Pending:
+        """A request naming a job by id or number, by a client whose identity
+        may not act on every queue: ask the job's shard for its queue (a job
+        never changes queue), then send the request only if the identity may
+        act there; nothing is changed for a refused one."""
+        permissions = connection.permissions
+        assert permissions is not None   # only a connection with access rules comes here
+        checked = Checked(self)
+        asking = [True]
+
+        def answered(reply: Reply) -> None:
+            asking[0] = False
+            checked.inner = None
+            if checked.abandoned:
+                return
+            if reply[0] != OK:   # no such job (or no shard to ask): as the request itself would be
+                callback([NOT_FOUND, ""] if reply[0] == NOT_FOUND else reply)
+            elif not refused_for_job(permissions, command, reply[1], callback):
+                checked.inner = self.execute(connection, command, callback)
+                if checked.expired and checked.inner is not None:
+                    self.cut_short(checked.inner)
+
+        question = Command("queue_of", (command.key,), command.route, command.key, None)
+        asked = self.route(question, answered)
+        if asking[0]:   # not answered at once (then it is what a withdrawal cancels)
+            checked.inner = asked
+        return checked
+
     def after_requests(self) -> None:
         """Frames leave once per loop turn anyway: nothing to do here."""
 
@@ -318,7 +411,7 @@ class Router:
             return False
         move = Move(connection.protocol, self.options.get(connection.protocol, {}), state, unread,
                     connection.origin, self.index, connection.moves, connection.limits,
-                    client=self.described.get(connection.origin))
+                    client=self.described.get(connection.origin), identity=connection.identity)
         try:
             link.handoff.send_move(connection._fd, move)
         except OSError as err:
@@ -343,6 +436,9 @@ class Router:
             self._forget(move.origin)
             return
         connection.moves = move.moves
+        if self.access is not None:   # admitted where it was accepted: it keeps its identity
+            connection.identity = move.identity
+            connection.permissions = self.access.permissions(move.identity)
         connection.start(move.unread)
 
     def _gone(self, link: ShardLink, gone: Gone) -> None:
@@ -658,6 +754,15 @@ class Router:
 #: no dict of methods in a class body that mypyc compiles).
 _MERGERS: Final[Dict[str, Callable[[Router, Sequence[Any]], Merger]]] = {
     "inspect_server": Router._merge_server, "inspect_queues": Router._merge_queues}
+
+
+def _peer_host(connection: Connection) -> str:
+    """The client's IP address ("" if the socket no longer knows it)."""
+    try:
+        peer = connection.sock.getpeername()
+    except OSError:
+        return ""
+    return str(peer[0]) if isinstance(peer, tuple) and peer else ""
 
 
 def _spare_descriptor() -> Optional[int]:

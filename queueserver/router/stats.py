@@ -5,7 +5,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Dict
 
-from ..metrics import traffic
+from ..metrics import refusals, traffic
 from ..metrics.linkframes import LinkFrames
 from ..net.channel import FRAMES_SENT
 
@@ -32,5 +32,6 @@ def router_stats(router: "Router") -> Dict[str, Any]:
                               "link_frames_sent": FRAMES_SENT[0],
                               "link_frames": _LINK_FRAMES.count([link.channel for link in router.links])}
     answer.update(traffic.snapshot())
+    answer["refusals"] = refusals.snapshot()   # by the access rules: identity -> verb -> count
     answer.update(router.cluster_counts())
     return answer

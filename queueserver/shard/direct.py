@@ -19,11 +19,12 @@ from typing import Any, Callable, Dict, Final, Optional, Sequence, Tuple
 from gevent import socket
 from mypy_extensions import trait
 
+from ..access import AccessControl, AccessError, load as load_access
 from ..engine import Engine
 from ..engine.requests import AddRequest, with_id
 from ..engine.status import Reply
 from ..engine.views import undo_delivery
-from ..net.connection import MUST_MOVE, SERVE, ClientConnection
+from ..net.connection import MUST_MOVE, SERVE, ClientConnection, refused_for_job
 from ..net.handoff import Gone, HandoffChannel, Move
 from ..net.hangups import HangupWatch
 from ..protocols import codec_class
@@ -95,6 +96,24 @@ class DirectServer:
         self._homes: Dict[int, Tuple[HandoffChannel, int, Dict[str, Any]]] = {}
         #: connection id -> who the client is (what its leases name), while it is served here
         self.records: Dict[int, ClientRecord] = {}
+        #: the access rules (None: no access file): a moved connection keeps its identity here
+        self.access: Optional[AccessControl] = None
+
+    def use_access(self, path: str) -> None:
+        """Check moved connections' requests against the access file at ``path``."""
+        self.access = AccessControl(load_access(path))
+
+    def reload(self) -> None:
+        """SIGHUP: read the access file again (a file that cannot be used
+        leaves the rules as they were)."""
+        if self.access is None:
+            return
+        try:
+            self.access.replace(load_access(self.access.path))
+        except AccessError as err:
+            log.error("the access rules stay as they were: %s", err)
+        else:
+            log.info("access rules reloaded from %s", self.access.path)
 
     # ------------------------------------------------------------ arriving
     def arrived(self, channel: HandoffChannel, fd: int, move: Move) -> None:
@@ -109,6 +128,9 @@ class DirectServer:
         connection: Connection = ClientConnection(self, sock, codec, move.protocol, None, move.limits,
                                                   move.origin)
         connection.moves = move.moves
+        if self.access is not None:   # admitted where it was accepted: it keeps its identity
+            connection.identity = move.identity
+            connection.permissions = self.access.permissions(move.identity)
         self._homes[connection.id] = (channel, move.router, move.options)
         if move.client:   # the router's description; the history names it by router index
             record = ClientRecord.from_description(move.client, VIA_DIRECT, move.router)
@@ -160,6 +182,17 @@ class DirectServer:
         self.shard.answer(callback, reply)
         return None
 
+    def execute_for_job(self, connection: Connection, command: Command,
+                        callback: Callable[[Reply], None]) -> Optional[Token]:
+        """A request naming a job held here: run only if the client's
+        identity may act on the job's queue (see :func:`refused_for_job`)."""
+        permissions = connection.permissions
+        assert permissions is not None   # only a connection with access rules comes here
+        queue = self.engine.queue_of(command.key)
+        if queue is not None and refused_for_job(permissions, command, queue, callback):
+            return None
+        return self.execute(connection, command, callback)   # (no such job: the engine says so)
+
     def deliver(self, token: Token, reply: Reply) -> None:
         """An answer the engine produced later (a parked request's)."""
         callback = self._callbacks.pop(token, None)
@@ -168,6 +201,10 @@ class DirectServer:
 
     def after_requests(self) -> None:
         self.shard.schedule_after_batch()
+
+    def admit(self, connection: Connection) -> Optional[str]:
+        """A moved connection was admitted where it was accepted."""
+        return None
 
     # ------------------------------------------------------------- leaving
     def withdraw(self, token: Token) -> None:
@@ -217,7 +254,8 @@ class DirectServer:
         self.shard.flush_links()   # what it caused goes first
         move = Move(connection.protocol, options, state, unread, connection.origin, router,
                     connection.moves, connection.limits,
-                    client=record.description() if record is not None else None)
+                    client=record.description() if record is not None else None,
+                    identity=connection.identity)
         try:
             channel.send_move(connection._fd, move)
         except OSError as err:

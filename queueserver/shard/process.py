@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import time
 from typing import Final, List, Optional
@@ -102,6 +103,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--host-ids-fd", type=int, metavar="FD",
                         help="the memory file of the host's job ids, which the supervisor shares with "
                              "every shard (default: ids are claimed at their homes by messages)")
+    parser.add_argument("--access", metavar="FILE",
+                        help="the access file: connections moved here are checked against it")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     setup_logging(args.log_level, f"shard-{args.index}")
@@ -122,6 +125,9 @@ def main(argv: Optional[List[str]] = None) -> None:
                       {"max_bytes": args.history_max_bytes, "max_age": args.history_max_age,
                        "checkpoint": args.history_checkpoint}, args.numbers,
                       HostIds(args.host_ids_fd) if args.host_ids_fd is not None else None)
+        if args.access is not None:
+            shard.direct.use_access(args.access)
+            gevent.signal_handler(signal.SIGHUP, shard.direct.reload)   # the supervisor passes SIGHUP on
         if shard.durability is not None:
             shard.recover()
         if cluster is not None:
@@ -135,7 +141,8 @@ def main(argv: Optional[List[str]] = None) -> None:
                 except ValueError as err:   # groups.Deposed: another node was promoted meanwhile
                     log.warning("shard %d does not start here: %s", cluster.me.ordinal, err)
                     sys.exit(EXIT_DEPOSED)
-    except (StoreError, ValueError, OSError) as err:   # a damaged or unusable log, a bad cluster file, secret or cert
+    # a bad access file (ValueError), a damaged or unusable log, a bad cluster file, secret or cert
+    except (StoreError, ValueError, OSError) as err:
         log.error("shard %d cannot start: %s", args.index, err)
         with open(args.socket + ".refused", "w") as f:
             f.write(str(err))   # for the supervisor's one line

@@ -79,7 +79,7 @@ from ..engine.observer import EventObserver, Handler
 from ..engine.ops import (ADDS, ARRIVES, COMPLETES, COUNTS, EXHAUSTS, EXPIRES, FAILS, LEASES, REMOVES,
                           REQUEUES, RESTORES, RUNS_OUT, TAKES, UNCOUNTED, UNLEASES)
 from ..engine.jobqueue import JobQueue
-from ..metrics import FSYNC_BUCKETS, LATENCY_BUCKETS, MAX_QUEUE_LABELS, traffic
+from ..metrics import FSYNC_BUCKETS, LATENCY_BUCKETS, MAX_QUEUE_LABELS, refusals, traffic
 from ..metrics.histogram import Histogram, empty_snapshot
 from ..metrics.linkframes import LinkFrames
 from ..net.channel import FRAMES_SENT
@@ -484,6 +484,7 @@ class ShardStats(EventObserver):
             "history": False,
         }
         answer.update(traffic.snapshot())   # connections served here directly, their bytes
+        answer["refusals"] = refusals.snapshot()   # theirs, by the access rules
         answer["link_frames_sent"] = FRAMES_SENT[0]
         if shard is not None:   # the messaging per job between shards, and requests per loop turn
             peers = shard.homes.peers
