@@ -47,7 +47,7 @@ class TLSSession:
     when the peer's TLS fails; after :meth:`receive`, :meth:`outgoing` holds
     what must be sent (handshake messages, session tickets, alerts)."""
 
-    __slots__ = ("_incoming", "_outgoing", "_tls", "handshake_done", "peer_closed")
+    __slots__ = ("_incoming", "_outgoing", "_tls", "handshake_done", "peer_closed", "received")
 
     def __init__(self, context: ssl.SSLContext, server_side: bool = True,
                  server_hostname: Optional[str] = None) -> None:
@@ -57,6 +57,7 @@ class TLSSession:
                                      server_hostname=server_hostname)
         self.handshake_done = False
         self.peer_closed = False    # the peer sent its close_notify: no more data comes
+        self.received = 0           # bytes fed so far
 
     def start(self) -> None:
         """A client's first step: its hello goes to :meth:`outgoing`."""
@@ -65,6 +66,7 @@ class TLSSession:
     def receive(self, data: bytes) -> bytes:
         """Feed ``data`` read from the network; returns the plaintext it completes."""
         self._incoming.write(data)
+        self.received += len(data)
         if not self.handshake_done and not self._handshake():
             return b""
         chunks: List[bytes] = []
@@ -102,6 +104,16 @@ class TLSSession:
         except ssl.SSLError as exc:
             raise TLSError(_reason(exc)) from None
         return self._outgoing.read()
+
+    def close_notify(self) -> bytes:
+        """Our close_notify alert, to send before closing (b"" if it cannot be made)."""
+        try:
+            self._tls.unwrap()
+        except ssl.SSLWantReadError:
+            pass   # the peer's own close_notify is not awaited
+        except (ssl.SSLError, ValueError):
+            return b""
+        return self.outgoing()
 
     def outgoing(self) -> bytes:
         """What the session wants sent now (b"" when nothing)."""
@@ -214,8 +226,7 @@ def _one_line(exc: BaseException) -> str:
 
 class TLSServing(NamedTuple):
     """What a TLS listener gives each connection it accepts: the context
-    (replaced on reload; a connection keeps the one it began with), how
-    long its handshake may take, and where its refusals are logged."""
+    (replaced on reload; a connection keeps the one it began with) and how
+    long its handshake may take."""
     context: ssl.SSLContext
-    handshake_timeout: float
-    refused: Callable[[str], None]
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT

@@ -50,6 +50,8 @@ from ..placement import shard_for
 from ..net.connection import MAY_MOVE, SERVE, ClientConnection
 from ..net.handoff import Gone, Move
 from ..net.hangups import HangupWatch
+from ..net.refusals import RefusalLog
+from ..net.tls import TLSConfigError, TLSFiles, TLSServing, server_context
 from ..protocols.base import ALL, BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command, StreamCodec
 from ..links.directory import SHARED
 from .jobcache import JobCache
@@ -154,19 +156,29 @@ class Router:
                       for i, path in enumerate(socket_paths)]
         self.clients = 0
         self.started = time.time_ns() // 1000
-        self.servers: Dict[str, Tuple[stdsocket.socket, "_IoWatcher"]] = {}
+        self.servers: Dict[str, Tuple[stdsocket.socket, "_IoWatcher"]] = {}   # "workq", "workq over TLS"
         self._connection_ids = 0
         self.hangups = HangupWatch()
         self._spare: Optional[int] = _spare_descriptor()
-        self._refused = 0
-        self._refusal_logged = 0.0
+        self._refusals = RefusalLog(log, LOG_INTERVAL)
+        #: the TLS listeners' files, and what each new TLS connection starts with (reloaded on SIGHUP)
+        self.tls_files: Optional[TLSFiles] = None
+        self.tls: Optional[TLSServing] = None
         self._clients_due = False
 
     # ------------------------------------------------------------- listening
-    def listen(self, protocol: str, fd: int) -> None:
+    def use_tls(self, files: TLSFiles, handshake_timeout: float) -> None:
+        """Serve TLS listeners with ``files`` (:class:`TLSConfigError` if they cannot be used)."""
+        self.tls_files = files
+        self.tls = TLSServing(server_context(files), handshake_timeout)
+
+    def listen(self, protocol: str, fd: int, tls: bool = False) -> None:
         """Serve ``protocol`` on the bound, listening socket ``fd`` (the
         supervisor's, shared by every router): an io watcher accepts in the
-        event loop."""
+        event loop. On a ``tls`` listener, each connection starts with a
+        handshake (with the TLS context of the moment: see :meth:`reload`)."""
+        if tls and self.tls is None:
+            raise ValueError(f"a TLS listener for {protocol} needs use_tls() first")
         codec_class: Type[StreamCodec] = load_codec(protocol)
         options = self.options.get(protocol, {})
         raw = stdsocket.socket(fileno=fd)
@@ -194,7 +206,8 @@ class Router:
                 try:
                     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     sock = socket.socket(conn.family, conn.type, fileno=conn.detach())
-                    client = ClientConnection(self, sock, codec_class(**options), protocol, peer)
+                    client = ClientConnection(self, sock, codec_class(**options), protocol, peer,
+                                              tls=self.tls if tls else None)
                 except Exception:
                     log.exception("setting up a %s connection failed", protocol)
                     conn.close()
@@ -206,8 +219,9 @@ class Router:
                 client.start()
 
         watcher.start(accept)
-        self.servers[protocol] = (raw, watcher)
-        log.info("router %d serving %s on %s:%d", self.index, protocol, *raw.getsockname()[:2])
+        name = f"{protocol} over TLS" if tls else protocol
+        self.servers[name] = (raw, watcher)
+        log.info("router %d serving %s on %s:%d", self.index, name, *raw.getsockname()[:2])
 
     # ------------------------------------------------------------ refusing
     @staticmethod
@@ -222,12 +236,7 @@ class Router:
 
     def _note_refusal(self, message: str) -> None:
         """Log a refusal at most once per interval, with how many there were."""
-        self._refused += 1
-        now = time.monotonic()
-        if now - self._refusal_logged >= LOG_INTERVAL:
-            log.warning("%s (%d refused since the last message)", message, self._refused)
-            self._refused = 0
-            self._refusal_logged = now
+        self._refusals.note("accept", message)
 
     def _out_of_descriptors(self, protocol: str, codec_class: Type[StreamCodec], raw: stdsocket.socket,
                             watcher: "_IoWatcher", accept: Callable[[], None], err: OSError) -> None:
@@ -289,6 +298,23 @@ class Router:
     def reload(self) -> None:
         """SIGHUP: read the TLS and access files again; connections stay."""
         log.info("router %d: reloading", self.index)
+        self._reload_tls()
+
+    def _reload_tls(self) -> None:
+        """Read the certificate, key and client CA again into a new context
+        for new connections; open ones keep theirs. Files that cannot be used
+        leave the context in use as it is."""
+        if self.tls is None or self.tls_files is None:
+            return
+        try:
+            context = server_context(self.tls_files)
+        except TLSConfigError as err:
+            log.error("router %d: keeping the TLS certificate in use: %s", self.index, err)
+            return
+        self.tls = self.tls._replace(context=context)
+        log.info("router %d: new TLS connections use the certificate %s read again%s", self.index,
+                 self.tls_files.certificate,
+                 f" (client CA {self.tls_files.client_ca})" if self.tls_files.client_ca else "")
 
     def after_requests(self) -> None:
         """Frames leave once per loop turn anyway: nothing to do here."""
@@ -302,8 +328,8 @@ class Router:
     def placement(self, connection: Connection, command: Command) -> int:
         """Whether ``command`` is better served by its shard, directly."""
         if not self.direct_path or connection.moves >= MAX_MOVES or connection.slots \
-                or connection.writer.queued:
-            return SERVE   # off, moved enough, or not movable now
+                or connection.writer.queued or connection.tls is not None:
+            return SERVE   # off, moved enough, not movable now, or TLS (its state lives here)
         route = command.route
         if route == BY_NAME:
             shard = self.shard_for(command.key)
