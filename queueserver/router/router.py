@@ -160,7 +160,7 @@ class Router:
         self._connection_ids = 0
         self.hangups = HangupWatch()
         self._spare: Optional[int] = _spare_descriptor()
-        self._refusals = RefusalLog(log, LOG_INTERVAL)
+        self._refusals = RefusalLog(log, LOG_INTERVAL, burst=1)
         #: the TLS listeners' files, and what each new TLS connection starts with (reloaded on SIGHUP)
         self.tls_files: Optional[TLSFiles] = None
         self.tls: Optional[TLSServing] = None
