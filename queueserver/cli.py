@@ -15,7 +15,7 @@ from typing import List, NoReturn, Optional
 from . import BUILD, __version__
 from .cluster.arguments import add_parser as add_cluster_parser
 from .config import (CODEC_OPTIONS, DEFAULT_METRICS_PORT, HISTORY, LISTENER, LOG_LEVELS, SERVER, TLS,
-                     TLS_MODES, Config, ConfigError, Setting, history_attribute, tls_attribute)
+                     TLS_LISTENER, TLS_MODES, Config, ConfigError, Setting, history_attribute, tls_attribute)
 from .protocols import DEFAULT_PORTS
 
 PROG = "queueserver"
@@ -158,7 +158,7 @@ def build_config(args: argparse.Namespace) -> Config:
             listener.enabled = False
         mode = getattr(args, f"{name}_tls", None)
         if mode is not None:
-            listener.tls = str(LISTENER["tls"].check(f"--{name}-tls", mode))
+            listener.tls = str(TLS_LISTENER["tls"].check(f"--{name}-tls", mode))
         tls_port = getattr(args, f"{name}_tls_port", None)
         if tls_port is not None:
             listener.tls_port = _port(f"--{name}-tls-port", tls_port)

@@ -201,11 +201,12 @@ LISTENER: Dict[str, Setting] = {
     "enabled": Setting("bool"),
     "port": Setting("port"),
     "bind": Setting("address"),
+}
+#: Keys of the client ports' sections only (the metrics port speaks plain HTTP).
+TLS_LISTENER: Dict[str, Setting] = {
     "tls": Setting("tls"),
     "tls_port": Setting("port"),
 }
-#: What only client ports have (the metrics port speaks plain HTTP).
-CLIENT_ONLY = ("tls", "tls_port")
 
 #: ``[tls]``: the client ports' certificate; the attribute of :class:`Config`
 #: is ``tls_<key>``. A listener speaks TLS with its ``tls`` key.
@@ -318,15 +319,17 @@ class Listener:
         options = CODEC_OPTIONS[protocol]
         for key, value in section.items():
             name = f"{protocol}.{key}"
-            if protocol == "metrics" and key in CLIENT_ONLY:
+            if key in TLS_LISTENER and protocol == "metrics":
                 raise ConfigError(f"{name}: the metrics port speaks plain HTTP (keep it on loopback, or "
                                   f"behind a TLS proxy); tls is a key of the client ports' sections")
             if key in LISTENER:
                 setattr(self, key, LISTENER[key].check(name, value))
+            elif key in TLS_LISTENER:
+                setattr(self, key, TLS_LISTENER[key].check(name, value))
             elif key in options:
                 self.options[key] = options[key].check(name, value)
             else:
-                raise unknown_key(name, [*LISTENER, *options])
+                raise unknown_key(name, [*LISTENER, *(TLS_LISTENER if protocol != "metrics" else ()), *options])
 
     def ports(self, protocol: str) -> List[Tuple[str, int, bool]]:
         """The ports it listens on: (name in ``ports.json``, port, speaks TLS).
