@@ -34,6 +34,7 @@ import re
 import shlex
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -176,12 +177,14 @@ class OurServer(peers.ServerUnderTest):
     protocol = "workq"
 
     def __init__(self, shards: int, durable: bool = False, parent: Optional[str] = None,
-                 history: bool = True) -> None:
+                 history: bool = True, tls: bool = False) -> None:
         super().__init__(parent)
         self.shards = shards
         self.durable = durable
-        self.label = _our_label(shards, durable, history)
+        self.tls = tls
+        self.label = _our_label(shards, durable, history) + (" over TLS" if tls else "")
         self.data_dir = os.path.join(self.tmp, "data") if durable else None
+        tls_flags = _tls_flags(self.tmp) if tls else []   # workq's port over TLS, a self-signed certificate
         if durable:
             extra = ["--data-dir", str(self.data_dir), "--fsync", "always"]
             if not history:   # the job history is on wherever there is a data directory
@@ -189,10 +192,10 @@ class OurServer(peers.ServerUnderTest):
                 with open(config, "w") as f:
                     f.write("[history]\nenabled = false\n")
                 extra = ["--config", config] + extra
-            self.server = ServerProcess(shards=shards, protocols=["workq"], extra=extra,
+            self.server = ServerProcess(shards=shards, protocols=["workq"], extra=extra + tls_flags,
                                         startup_timeout=DURABLE_START_TIMEOUT)
         else:
-            self.server = ServerProcess(shards=shards, protocols=["workq"])
+            self.server = ServerProcess(shards=shards, protocols=["workq"], extra=tls_flags)
         self._pids: Dict[str, int] = {}
         self.ready_s = 0.0     # the latest start: from spawning it until ports.json appeared
 
@@ -201,7 +204,7 @@ class OurServer(peers.ServerUnderTest):
         started = time.monotonic()
         self.server.start()
         self.ready_s = time.monotonic() - started
-        self.port = self.server.port("workq")
+        self.port = self.server.port("workq_tls" if self.tls else "workq")
         self._pids = self.server.child_pids()
         if len(self._pids) != self.shards + 1:
             raise RuntimeError(f"expected a router and {self.shards} shards, found {self._pids}")
@@ -400,7 +403,18 @@ def load_spec(server: peers.ServerUnderTest, opts: argparse.Namespace, workload:
     return LoadSpec(protocol=server.protocol, port=server.port, workload=workload,
                     connections=opts.connections, procs=opts.loadgen_procs, warmup=opts.warmup,
                     duration=opts.duration, batch=opts.batch, queues=opts.queues,
-                    payload=opts.payload)
+                    payload=opts.payload, tls=getattr(server, "tls", False))
+
+
+def _tls_flags(directory: str) -> List[str]:
+    """``serve`` flags for workq over TLS only, with a self-signed
+    certificate and key made in ``directory`` (``openssl``)."""
+    cert, key = os.path.join(directory, "server.pem"), os.path.join(directory, "server.key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=localhost"],
+                   check=True, capture_output=True)
+    os.chmod(key, 0o600)
+    return ["--tls-certificate", cert, "--tls-key", key, "--workq-tls", "true"]
 
 
 def _result_dict(result: LoadResult) -> Dict[str, Any]:

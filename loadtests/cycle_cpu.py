@@ -9,6 +9,7 @@ while the load runs, as collapsed stacks (one text file per shard).
 
     .venv/bin/python loadtests/cycle_cpu.py --shards 1 2 --repeat 3 --duration 5
     .venv/bin/python loadtests/cycle_cpu.py --shards 1 --durable [--no-history]
+    .venv/bin/python loadtests/cycle_cpu.py --shards 1 2 --tls   # plain and TLS, side by side
 """
 from __future__ import annotations
 
@@ -42,13 +43,16 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="as bench.py's section (5): --data-dir and --fsync always")
     parser.add_argument("--no-history", action="store_true",
                         help="a durable server without its job history (what the history costs)")
+    parser.add_argument("--tls", action="store_true",
+                        help="each shard count plain, then with workq's port over TLS (what TLS costs)")
     args = parser.parse_args(argv)
     opts = bench.parse_args(["--duration", str(args.duration)])
     py_spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
-    print(f"{'shards':>6} {'cycles/s':>9} {'router µs':>10} {'shards µs':>10} {'server µs':>10} {'kernel':>7}")
+    print(f"{'shards':>6} {'tls':>4} {'cycles/s':>9} {'router µs':>10} {'shards µs':>10} {'server µs':>10} "
+          f"{'kernel':>7}")
     for run in range(args.repeat):
-        for shards in args.shards:
-            with bench.OurServer(shards, durable=args.durable, history=not args.no_history) as server:
+        for shards, tls in [(shards, tls) for shards in args.shards for tls in ([False, True] if args.tls else [False])]:
+            with bench.OurServer(shards, durable=args.durable, history=not args.no_history, tls=tls) as server:
                 spies = []
                 if args.profile:
                     os.makedirs(args.profile, exist_ok=True)
@@ -73,7 +77,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             system = sum(after[r][1] - before[r][1] for r in pids)
             router = sum(v for k, v in per.items() if not k.startswith("shard"))
             shard = sum(v for k, v in per.items() if k.startswith("shard"))
-            print(f"{shards:>6} {result['ops_per_s']:>9,.0f} {router:>10.1f} {shard:>10.1f} "
+            print(f"{shards:>6} {'yes' if tls else 'no':>4} {result['ops_per_s']:>9,.0f} {router:>10.1f} {shard:>10.1f} "
                   f"{router + shard:>10.1f} {100 * system / max(user + system, 1e-9):>6.0f}%", flush=True)
     return 0
 

@@ -40,6 +40,7 @@ import os
 import resource
 import select
 import socket
+import ssl
 import sys
 import time
 from array import array
@@ -275,6 +276,8 @@ class LoadSpec:
     ttl_ms: int = 600_000
     #: job ids only at home in these slots (a cluster node's own); None: any id
     id_slots: Optional[FrozenSet[int]] = None
+    #: speak TLS to the port (the server's certificate is not checked: a bench)
+    tls: bool = False
 
     def queue_names(self) -> List[bytes]:
         """Redis's queues rotate over ``queues`` names; workq's and beanstalkd's
@@ -356,12 +359,25 @@ class Conn:
         self.done = False
 
 
+def _tls_context() -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def connect(spec: LoadSpec, timeout: float) -> socket.socket:
+    """A connection to the spec's port (TLS, handshake done, with ``spec.tls``)."""
+    sock = socket.create_connection((HOST, spec.port), timeout=timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return _tls_context().wrap_socket(sock) if spec.tls else sock
+
+
 def _connect(spec: LoadSpec, proto: Protocol, indices: Sequence[int]) -> List[Conn]:
     names = spec.queue_names()
     conns = []
     for i in indices:
-        sock = socket.create_connection((HOST, spec.port), timeout=10)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = connect(spec, 10)
         queue = names[i % len(names)]
         proto.setup(sock, queue)
         sock.setblocking(False)
@@ -379,6 +395,7 @@ class Worker:
         self.names = spec.queue_names()
         self.ids = make_ids(spec)
         self.conns = _connect(spec, self.proto, indices)
+        self.tls = spec.tls
         self.by_fd = {c.fd: c for c in self.conns}
         self.epoll = select.epoll()
         for c in self.conns:
@@ -429,7 +446,10 @@ class Worker:
                     continue
                 try:
                     data = c.sock.recv(RECV_SIZE)
-                except BlockingIOError:
+                    if self.tls:
+                        while c.sock.pending():   # records decrypted already: epoll will not tell
+                            data += c.sock.recv(RECV_SIZE)
+                except (BlockingIOError, ssl.SSLWantReadError):
                     continue
                 except OSError:
                     data = b""
@@ -444,7 +464,7 @@ class Worker:
         c.sent = now
         try:
             n = c.sock.send(data)
-        except BlockingIOError:
+        except (BlockingIOError, ssl.SSLWantWriteError):
             n = 0
         except OSError:
             self._close(c, failed=True)
@@ -456,7 +476,7 @@ class Worker:
     def _flush(self, c: Conn) -> None:
         try:
             n = c.sock.send(c.out)
-        except BlockingIOError:
+        except (BlockingIOError, ssl.SSLWantWriteError):
             return
         except OSError:
             self._close(c, failed=True)
@@ -647,8 +667,7 @@ def prefill(spec: LoadSpec, total: int, chunk: int = 2000) -> int:
     names = spec.queue_names()
     ids = make_ids(spec)
     accepted = 0
-    with socket.create_connection((HOST, spec.port), timeout=30) as sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    with connect(spec, 30) as sock:
         for k, queue in enumerate(names):
             n = total // len(names) + (1 if k < total % len(names) else 0)
             while n > 0:

@@ -14,9 +14,9 @@ from typing import List, NoReturn, Optional
 
 from . import BUILD, __version__
 from .cluster.arguments import add_parser as add_cluster_parser
-from .config import (CODEC_OPTIONS, DEFAULT_METRICS_PORT, HISTORY, LISTENER, LOG_LEVELS, SERVER, Config,
-                     ConfigError, Setting, history_attribute,
-                     ACCESS, access_attribute)
+from .config import (ACCESS, CODEC_OPTIONS, DEFAULT_METRICS_PORT, HISTORY, LISTENER, LOG_LEVELS, SERVER, TLS,
+                     TLS_LISTENER, TLS_MODES, Config, ConfigError, Setting, access_attribute, history_attribute,
+                     tls_attribute)
 from .protocols import DEFAULT_PORTS
 
 PROG = "queueserver"
@@ -70,6 +70,11 @@ def _serve_parser(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
                        help=f"{name} protocol port (default {port}; 0 picks a free port)")
         p.add_argument(f"--no-{name}", action="store_true", dest=f"no_{name}",
                        help=f"do not listen for the {name} protocol")
+        p.add_argument(f"--{name}-tls", choices=TLS_MODES, dest=f"{name}_tls",
+                       help=f"{name} over TLS: false (default), true (its port speaks TLS), both (a TLS "
+                            f"port, --{name}-tls-port, beside the plain one)")
+        p.add_argument(f"--{name}-tls-port", type=int, metavar="PORT", dest=f"{name}_tls_port",
+                       help=f"{name}'s TLS port with --{name}-tls both (0 picks a free port)")
     p.add_argument("--metrics-port", type=int, metavar="PORT", dest="metrics_port",
                    help=f"HTTP port of /metrics (Prometheus) and /status (JSON) (default "
                         f"{DEFAULT_METRICS_PORT}; 0 picks a free port)")
@@ -82,6 +87,8 @@ def _serve_parser(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
         _add_flag(p, setting, history_attribute(key))
     for key, setting in ACCESS.items():
         _add_flag(p, setting, access_attribute(key))
+    for key, setting in TLS.items():
+        _add_flag(p, setting, tls_attribute(key))
 
 
 def _worker_parser(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
@@ -152,6 +159,12 @@ def build_config(args: argparse.Namespace) -> Config:
             listener.port = _port(f"--{name}-port", port)
         if getattr(args, f"no_{name}", False):
             listener.enabled = False
+        mode = getattr(args, f"{name}_tls", None)
+        if mode is not None:
+            listener.tls = str(TLS_LISTENER["tls"].check(f"--{name}-tls", mode))
+        tls_port = getattr(args, f"{name}_tls_port", None)
+        if tls_port is not None:
+            listener.tls_port = _port(f"--{name}-tls-port", tls_port)
         for key, setting in CODEC_OPTIONS[name].items():
             value = getattr(args, f"{name}_{key}")
             if value is not None:
@@ -174,6 +187,11 @@ def build_config(args: argparse.Namespace) -> Config:
         config.metrics.port = _port("--metrics-port", args.metrics_port)
     if args.no_metrics:
         config.metrics.enabled = False
+    for key, setting in TLS.items():
+        value = getattr(args, tls_attribute(key))
+        if value is not None:
+            setattr(config, tls_attribute(key), setting.check(_flag(setting), value))
+    config.check_tls()
     return config
 
 

@@ -16,6 +16,14 @@ A TOML file looks like::
     [takeanumber]
     reservation_timeout = 0
     empty_reserve_error = false
+    tls = "both"          # "false" (default), "true" (the port speaks TLS) or "both":
+    tls_port = 9924       # a TLS port beside the plain one
+
+    [tls]
+    certificate = "/etc/queueserver/server.pem"
+    key = "/etc/queueserver/server.key"      # private to the server's user (chmod 600)
+    client_ca = "/etc/queueserver/clients-ca.pem"   # optional: clients must present a certificate
+    handshake_timeout = 10
 
 Server-wide keys may also stand at the top level (the older form), but not in
 both places. Every value is checked where it enters, so a mistake is one
@@ -40,6 +48,7 @@ from .protocols import DEFAULT_PORTS
 DEFAULT_METRICS_PORT = 9470
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 FSYNC_POLICIES = ("always", "interval", "never")
+TLS_MODES = ("false", "true", "both")
 
 
 class ConfigError(ValueError):
@@ -94,9 +103,13 @@ KINDS: Dict[str, Tuple[Callable[[object], bool], str]] = {
     "level": (lambda v: isinstance(v, str) and v.lower() in LOG_LEVELS, f"one of {', '.join(LOG_LEVELS)}"),
     "fsync": (lambda v: isinstance(v, str) and v.lower() in FSYNC_POLICIES,
               f"one of {', '.join(FSYNC_POLICIES)}"),
+    "tls": (lambda v: isinstance(v, bool) or (isinstance(v, str) and v.lower() in TLS_MODES),
+            'one of "false", "true" or "both"'),
 }
 #: kind -> how a fitting value is stored (``Any``: one that fits the kind)
-CONVERT: Dict[str, Callable[[Any], Value]] = {"float": float, "level": str.lower, "fsync": str.lower}
+CONVERT: Dict[str, Callable[[Any], Value]] = {
+    "float": float, "level": str.lower, "fsync": str.lower,
+    "tls": lambda v: ("true" if v else "false") if isinstance(v, bool) else v.lower()}
 
 
 @dataclass(frozen=True)
@@ -189,6 +202,31 @@ LISTENER: Dict[str, Setting] = {
     "port": Setting("port"),
     "bind": Setting("address"),
 }
+#: Keys of the client ports' sections only (the metrics port speaks plain HTTP).
+TLS_LISTENER: Dict[str, Setting] = {
+    "tls": Setting("tls"),
+    "tls_port": Setting("port"),
+}
+
+#: ``[tls]``: the client ports' certificate; the attribute of :class:`Config`
+#: is ``tls_<key>``. A listener speaks TLS with its ``tls`` key.
+TLS: Dict[str, Setting] = {
+    "certificate": Setting("file", flag="--tls-certificate", metavar="FILE",
+                           help="PEM certificate (chain) of the TLS client ports"),
+    "key": Setting("file", flag="--tls-key", metavar="FILE",
+                   help="its PEM private key, unencrypted, private to the server's user (chmod 600)"),
+    "client_ca": Setting("file", flag="--tls-client-ca", metavar="FILE",
+                         help="PEM certificates of the CAs whose client certificates are accepted; "
+                              "with it, a TLS client must present one (default: none asked for)"),
+    "handshake_timeout": Setting("float", 0.1, "seconds", flag="--tls-handshake-timeout", metavar="SECONDS",
+                                 help="a TLS client that has not finished its handshake in SECONDS is "
+                                      "closed (default 10)"),
+}
+
+
+def tls_attribute(key: str) -> str:
+    """The :class:`Config` attribute of ``[tls] key``."""
+    return f"tls_{key}"
 
 #: Codec options each protocol section may add; they reach the protocol's codec.
 CODEC_OPTIONS: Dict[str, Dict[str, Setting]] = {name: {} for name in DEFAULT_PORTS}
@@ -289,18 +327,38 @@ class Listener:
     port: int = 0
     bind: Optional[str] = None   # None: the server-wide bind address
     options: Dict[str, Value] = field(default_factory=dict)  # codec options the configuration set
+    tls: str = "false"           # one of TLS_MODES: "true": the port speaks TLS; "both": tls_port does too
+    tls_port: Optional[int] = None
 
     def update(self, protocol: str, section: Mapping[str, Any]) -> None:
         """Apply the ``[protocol]`` section, checking every key."""
         options = CODEC_OPTIONS[protocol]
         for key, value in section.items():
             name = f"{protocol}.{key}"
+            if key in TLS_LISTENER and protocol == "metrics":
+                raise ConfigError(f"{name}: the metrics port speaks plain HTTP (keep it on loopback, or "
+                                  f"behind a TLS proxy); tls is a key of the client ports' sections")
             if key in LISTENER:
                 setattr(self, key, LISTENER[key].check(name, value))
+            elif key in TLS_LISTENER:
+                setattr(self, key, TLS_LISTENER[key].check(name, value))
             elif key in options:
                 self.options[key] = options[key].check(name, value)
             else:
-                raise unknown_key(name, [*LISTENER, *options])
+                raise unknown_key(name, [*LISTENER, *(TLS_LISTENER if protocol != "metrics" else ()), *options])
+
+    def ports(self, protocol: str) -> List[Tuple[str, int, bool]]:
+        """The ports it listens on: (name in ``ports.json``, port, speaks TLS).
+        A TLS port is named ``<protocol>_tls``, a plain one ``<protocol>``."""
+        if not self.enabled:
+            return []
+        if self.tls == "true":
+            return [(f"{protocol}_tls", self.port, True)]
+        ports = [(protocol, self.port, False)]
+        if self.tls == "both":
+            assert self.tls_port is not None   # Config.check_tls
+            ports.append((f"{protocol}_tls", self.tls_port, True))
+        return ports
 
 
 @dataclass
@@ -332,6 +390,11 @@ class Config:
     console_history_report: Optional[str] = None
     #: ``[access]`` (:data:`ACCESS`): the access file (None: everyone may do everything)
     access_acl: Optional[str] = None
+    #: ``[tls]`` (:data:`TLS`): the TLS client ports' files and handshake timeout
+    tls_certificate: Optional[str] = None
+    tls_key: Optional[str] = None
+    tls_client_ca: Optional[str] = None
+    tls_handshake_timeout: float = 10.0
     #: server-wide keys set by the file or a flag, not left at their default
     explicit: Set[str] = field(default_factory=set, compare=False, repr=False)
     cluster: Optional[str] = None
@@ -368,15 +431,15 @@ class Config:
         """Apply a parsed TOML document, checking every key."""
         server = _table("server", data.get("server", {}))
         for key in data:
-            if key not in ("server", "history", "metrics", "console", "access") and key not in SERVER \
+            if key not in ("server", "history", "metrics", "console", "access", "tls") and key not in SERVER \
                     and key not in self.listeners:
-                raise unknown_key(key, ["server", "history", "metrics", "console", "access", *SERVER,
+                raise unknown_key(key, ["server", "history", "metrics", "console", "access", "tls", *SERVER,
                                         *self.listeners])
-        access = _table("access", data.get("access", {}))
-        for key, value in access.items():
-            if key not in ACCESS:
-                raise unknown_key(f"access.{key}", list(ACCESS))
-            setattr(self, access_attribute(key), ACCESS[key].check(f"access.{key}", value))
+        for name, settings, attribute in (("access", ACCESS, access_attribute), ("tls", TLS, tls_attribute)):
+            for key, value in _table(name, data.get(name, {})).items():
+                if key not in settings:
+                    raise unknown_key(f"{name}.{key}", list(settings))
+                setattr(self, attribute(key), settings[key].check(f"{name}.{key}", value))
         console = _table("console", data.get("console", {}))
         for key, value in console.items():
             if key not in CONSOLE:
@@ -405,6 +468,32 @@ class Config:
                 listener.update(name, _table(name, data[name]))
         if "metrics" in data:
             self.metrics.update("metrics", _table("metrics", data["metrics"]))
+
+    def check_tls(self) -> None:
+        """The listeners' TLS settings agree with each other and with ``[tls]``
+        (called once the file and the flags are both applied)."""
+        speaking = [name for name, listener in self.listeners.items()
+                    if listener.enabled and listener.tls != "false"]
+        for name, listener in self.listeners.items():
+            if listener.tls == "both" and listener.tls_port is None:
+                raise ConfigError(f'{name}.tls = "both" needs {name}.tls_port (--{name}-tls-port), the '
+                                  f"port of its TLS listener beside the plain one")
+            if listener.tls != "both" and listener.tls_port is not None:
+                raise ConfigError(f'{name}.tls_port is the TLS port beside the plain one: set {name}.tls = '
+                                  f'"both" (--{name}-tls both), or drop it')
+            if listener.tls == "both" and listener.tls_port == listener.port and listener.port != 0:
+                raise ConfigError(f"{name}.tls_port and {name}.port are both {listener.port}: give the TLS "
+                                  f"listener a port of its own")
+        if speaking and (self.tls_certificate is None or self.tls_key is None):
+            missing = " and ".join(f"tls.{key} (--tls-{key})" for key in ("certificate", "key")
+                                   if getattr(self, tls_attribute(key)) is None)
+            raise ConfigError(f"{', '.join(speaking)} speak{'s' if len(speaking) == 1 else ''} TLS but "
+                              f"{missing} {'is' if ' and ' not in missing else 'are'} not set")
+
+    @property
+    def speaks_tls(self) -> bool:
+        """Whether any client port speaks TLS."""
+        return any(listener.enabled and listener.tls != "false" for listener in self.listeners.values())
 
     def router_options(self) -> Dict[str, Dict[str, Value]]:
         """Codec options of every enabled protocol, ``max_payload`` included."""

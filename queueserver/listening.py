@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import errno
 import socket
-from typing import TYPE_CHECKING, Dict, List, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 if TYPE_CHECKING:
     from .config import Config
@@ -22,32 +22,41 @@ class BindError(Exception):
     """A port cannot be had; ``str()`` is one line naming each and its fix."""
 
 
+TLS_SUFFIX = "_tls"   # a TLS listener's name: its protocol's, then this
+
+
+def tls_protocol(name: str) -> Optional[str]:
+    """The protocol a listener named ``name`` serves over TLS (None: a plain one)."""
+    return name[:-len(TLS_SUFFIX)] if name.endswith(TLS_SUFFIX) else None
+
+
 def bind_listeners(config: "Config") -> Dict[str, socket.socket]:
-    """A listening socket for every enabled protocol, inheritable by the
-    routers; every port that cannot be had is named in one :class:`BindError`
-    (and none is kept)."""
+    """A listening socket for every enabled protocol's port (``workq``) and
+    TLS port (``workq_tls``), inheritable by the routers; every port that
+    cannot be had is named in one :class:`BindError` (and none is kept)."""
     listeners: Dict[str, socket.socket] = {}
     failures: List[Tuple[str, str, int, OSError]] = []
-    for name, listener in config.listeners.items():
-        if not listener.enabled:
-            continue
+    flags: Dict[str, str] = {}
+    for protocol, listener in config.listeners.items():
         host = listener.bind or config.bind
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, listener.port))
-            sock.listen(BACKLOG)
-        except OSError as err:
-            sock.close()
-            failures.append((name, host, listener.port, err))
-            continue
-        sock.set_inheritable(True)
-        listeners[name] = sock
+        for name, port, tls in listener.ports(protocol):
+            flags[name] = f"--{protocol}-tls-port" if tls and listener.tls == "both" else f"--{protocol}-port"
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((host, port))
+                sock.listen(BACKLOG)
+            except OSError as err:
+                sock.close()
+                failures.append((name, host, port, err))
+                continue
+            sock.set_inheritable(True)
+            listeners[name] = sock
     if failures:
         for sock in listeners.values():
             sock.close()
-        raise BindError(bind_failures(failures))
+        raise BindError(bind_failures(failures, flags))
     return listeners
 
 
@@ -61,25 +70,26 @@ def bind_failure(protocol: str, host: str, port: int, err: OSError) -> str:
     return bind_failures([(protocol, host, port, err)])
 
 
-def bind_failures(failures: List[Tuple[str, str, int, OSError]]) -> str:
+def bind_failures(failures: List[Tuple[str, str, int, OSError]], flags: Optional[Dict[str, str]] = None) -> str:
     """One line for every port that cannot be had: grouped by reason, each
-    group naming its protocols' addresses and the settings to change."""
+    group naming its protocols' addresses and the settings to change
+    (``flags``: a listener's flag when not ``--<name>-port``)."""
     by_reason: Dict[Tuple[int, str], List[Tuple[str, str, int]]] = {}
     for protocol, host, port, err in failures:
         by_reason.setdefault((err.errno or 0, reason(err)), []).append((protocol, host, port))
     parts = []
     for (code, why), group in by_reason.items():
         where = ", ".join(f"{protocol} on {host}:{port}" for protocol, host, port in group)
-        flags = ", ".join(f"--{protocol}-port" for protocol, _, _ in group)
+        named = ", ".join((flags or {}).get(protocol, f"--{protocol}-port") for protocol, _, _ in group)
         several = len(group) > 1
         if code == errno.EADDRINUSE:
             advice = (f"address already in use (another server running? pick "
-                      f"{'other ports with' if several else 'another port with'} {flags})")
+                      f"{'other ports with' if several else 'another port with'} {named})")
         elif code == errno.EADDRNOTAVAIL:
             advice = f"{group[0][1]} is not an address of this machine (pick another with --bind)"
         elif code == errno.EACCES:
             advice = (f"permission denied (ports below 1024 need privileges; pick "
-                      f"{'other ports with' if several else 'another port with'} {flags})")
+                      f"{'other ports with' if several else 'another port with'} {named})")
         else:
             advice = why
         parts.append(f"cannot listen for {where}: {advice}")

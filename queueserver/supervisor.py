@@ -32,7 +32,7 @@ from .protocols import DEFAULT_PORTS
 from .datadir import DataDir, LayoutError
 from .cluster.roles import FOLLOWER, PRIMARY_COPY, PRIMARY_HOME
 from .lifecycle import EXIT_DEPOSED, EXIT_REFUSED, SUPERVISOR_PID, python_command
-from .listening import BindError, bind_failure, bind_listeners
+from .listening import BindError, bind_failure, bind_listeners, tls_protocol
 from .jobnumbers import FILE_NAME as NUMBERS_FILE
 from .runtimedir import RuntimeDir, RuntimeDirError
 
@@ -42,7 +42,7 @@ if TYPE_CHECKING:   # imported where used (etcd's client, prometheus_client: onl
     from .cluster.resumer import Resumer
     from .cluster.watch import ClusterWatch
     from .console.http import NodeMetrics
-    from .router.config import ClusterPlace, RouterConfig
+    from .router.config import ClusterPlace, RouterConfig, TLSSettings
 
 log = logging.getLogger("queueserver.supervisor")
 
@@ -155,6 +155,10 @@ class Supervisor:
                 if role != PRIMARY_HOME:
                     children.append(self._group_child(ordinal, role, own.get(ordinal, 0)))
         fds = {name: sock.fileno() for name, sock in self.listeners.items()}
+        plain = {name: fd for name, fd in fds.items() if tls_protocol(name) is None}
+        over_tls = {protocol: fd for protocol, fd in ((tls_protocol(name), fd) for name, fd in fds.items())
+                    if protocol is not None}
+        tls = self._tls_settings()
         # Every child holds the directories' locks too, so that they stay
         # locked while any process of this server lives (a next server waits
         # for the last one, rather than opening a log that one still writes).
@@ -166,7 +170,8 @@ class Supervisor:
         for i in range(config.routers):
             router_config: RouterConfig = {
                 "sockets": sockets,
-                "listen_fds": fds,
+                "listen_fds": plain,
+                "tls_fds": over_tls,
                 "options": config.router_options(),
                 "limits": config.limits(),
                 "direct_path": config.direct_path,
@@ -179,6 +184,8 @@ class Supervisor:
             access = config.access_file()
             if access is not None:
                 router_config["access"] = access
+            if tls is not None:
+                router_config["tls"] = tls
             if place is not None:
                 router_config["cluster"] = place
             else:
@@ -193,6 +200,26 @@ class Supervisor:
         """A shard's access file: it checks the requests of connections moved to it."""
         access = self.config.access_file()
         return ["--access", access] if access is not None else []
+    def _tls_settings(self) -> Optional[TLSSettings]:
+        """What the routers need to serve TLS (None when no port speaks it)."""
+        config = self.config
+        if not config.speaks_tls:
+            return None
+        assert config.tls_certificate is not None and config.tls_key is not None   # Config.check_tls
+        return {"certificate": os.path.abspath(config.tls_certificate), "key": os.path.abspath(config.tls_key),
+                "client_ca": os.path.abspath(config.tls_client_ca) if config.tls_client_ca else None,
+                "handshake_timeout": config.tls_handshake_timeout}
+
+    def _check_tls(self) -> None:
+        """The TLS files can be used, or the start ends in one line naming the one that cannot."""
+        settings = self._tls_settings()
+        if settings is None:
+            return
+        from .net.tls import TLSConfigError, TLSFiles, server_context
+        try:
+            server_context(TLSFiles(settings["certificate"], settings["key"], settings["client_ca"]))
+        except TLSConfigError as err:
+            raise StartupError(str(err)) from None
 
     def _host_ids(self) -> int:
         """The memory file of this host's job ids, made once and kept open
@@ -432,7 +459,8 @@ class Supervisor:
 
     def _write_ports(self) -> None:
         """``ports.json``, once every router serves: the port each protocol got
-        (useful with port 0), and a sign that the server is ready."""
+        (useful with port 0; a TLS port is named ``<protocol>_tls``), and a
+        sign that the server is ready."""
         ports: Dict[str, int] = {name: sock.getsockname()[1] for name, sock in self.listeners.items()}
         if self.metrics is not None:
             ports["metrics"] = self.metrics.port
@@ -468,6 +496,7 @@ class Supervisor:
                 except (LayoutError, OSError) as err:
                     raise StartupError(str(err)) from None
                 log.info("data directory %s, fsync %s", self.data.path, self.config.fsync)
+            self._check_tls()
             self._bind_metrics()
             if self.data is None:
                 log.warning("no data directory: jobs are kept in memory only and are lost when a "

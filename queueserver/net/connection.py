@@ -74,12 +74,16 @@ from ..protocols.base import LOCAL, Command, StreamCodec
 from .channel import RECV_SIZE, BatchWriter, os_socket
 from .hangups import HangupWatch
 from ..metrics.refusals import refused
+from .refusals import RefusalLog
+from .tls import HANDSHAKE_RECORD, TLSError, TLSServing, TLSSession, looks_like_tls
 from ..metrics.traffic import ACCEPTED, COUNTS as _TRAFFIC, OPEN, RECEIVED, SENT
 
 if TYPE_CHECKING:
     from gevent._types import _IoWatcher, _TimerWatcher
 
 log: Final = logging.getLogger("queueserver.connection")
+#: refusals of clients that speak the wrong thing on a port (TLS or not), one line per kind and interval
+refusals: Final = RefusalLog(log)
 
 MAX_UNANSWERED: Final = 4096           # requests in flight before reading pauses
 LINGER_SECONDS: Final = 2.0            # how long a closing connection waits for its last reply to leave
@@ -237,7 +241,7 @@ class ClientConnection(Generic[Pending, Owned]):
 
     def __init__(self, server: Server[Pending, Owned], sock: socket.socket, codec: StreamCodec,
                  protocol: str = "", peer: object = None, limits: Optional[Dict[str, int]] = None,
-                 origin: int = 0) -> None:
+                 origin: int = 0, tls: Optional[TLSServing] = None) -> None:
         self.server = server
         self.sock = sock
         self.codec = codec
@@ -278,6 +282,15 @@ class ClientConnection(Generic[Pending, Owned]):
         self._fd = self._raw.fileno()
         self.writer = BatchWriter(sock, on_error=self._lost, on_drained=self._progress)
         self._watcher: "_IoWatcher" = gevent.get_hub().loop.io(self._fd, _READ)
+        self._reader: Callable[[], None] = self._readable   # what the watcher calls when bytes arrive
+        self.peer = peer
+        #: the TLS state of a connection accepted on a TLS port (it never moves: the state lives here)
+        self.tls: Optional[TLSSession] = None
+        self._handshake_timer: Optional[Timer] = None
+        self._handshake_timeout = 0.0
+        if tls is not None:
+            self.tls = TLSSession(tls.context)
+            self._handshake_timeout = tls.handshake_timeout
         self._linger_timer: Optional["_TimerWatcher"] = None
         self._debug = log.isEnabledFor(logging.DEBUG)
         _TRAFFIC[OPEN] += 1            # /metrics: served in this process now, and
@@ -290,7 +303,15 @@ class ClientConnection(Generic[Pending, Owned]):
         """Serve the connection, first ``unread`` bytes received elsewhere."""
         if self.moves:   # what other processes wrote counts in the socket's acknowledged bytes
             self._written_before = self._bytes_acked() + self._unacknowledged()
-        self._watcher.start(self._readable)
+        elif self.tls is not None:   # admitted once the handshake is done
+            self._reader = self._readable_tls
+            self._watcher.start(self._reader)
+            self._handshake_timer = timer = _timer(self._handshake_timeout)
+            timer.start(self._handshake_expired)
+            return
+        else:
+            self._reader = self._first_readable
+        self._watcher.start(self._reader)
         if not self.moves and not self._admitted():
             return
         if unread:
@@ -303,10 +324,118 @@ class ClientConnection(Generic[Pending, Owned]):
         if message is None:
             return True
         data = self.codec.refusal(message)
+        if self.tls is not None:
+            data = self.tls.encrypt(data)
         self.writer.write(data)
         self._written += len(data)
         self._close_after_reply()
         return False
+
+    # ---------------------------------------------------------------- TLS
+    def _first_readable(self) -> None:
+        """A plain port's first bytes: a TLS client's hello is not taken for
+        requests (it is refused and closed); anything else is served."""
+        self._reader = self._readable
+        self._watcher.stop()
+        self._watcher.start(self._readable)
+        try:
+            first = self._raw.recv(2, socket.MSG_PEEK)
+        except OSError:
+            first = b""
+        if first and looks_like_tls(first):
+            refusals.note("tls-on-plain", f"a TLS client on a plain port: {self.protocol} connection from "
+                                          f"{_address(self.peer)} closed (its port speaks TLS elsewhere, "
+                                          f"if at all)")
+            self._lost()
+            return
+        self._readable()
+
+    def _readable_tls(self) -> None:
+        """In the event loop: read what arrived over TLS, decrypt it and serve
+        the plaintext; the handshake's bytes go out as they come."""
+        tls = self.tls
+        assert tls is not None   # the reader of TLS connections only
+        try:
+            data = self._raw.recv(RECV_SIZE)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._lost()
+            return
+        if not data:
+            if self.closed or not tls.handshake_done:
+                self._lost()
+            else:
+                self._end_of_input()
+            return
+        _TRAFFIC[RECEIVED] += len(data)
+        if self.closed:
+            return  # lingering after a closing reply: read off and drop
+        handshaking = not tls.handshake_done
+        if handshaking and not tls.received and data[0] != HANDSHAKE_RECORD:
+            self._refuse_plain()
+            return
+        try:
+            plain = tls.receive(data)
+        except TLSError as exc:
+            self._tls_failed(handshaking, str(exc))
+            return
+        out = tls.outgoing()
+        if out:
+            self.writer.write(out)
+            self._written += len(out)
+        if handshaking and tls.handshake_done and not self._handshake_done():
+            return
+        if plain:
+            self._received(plain)
+        if tls.peer_closed and not self._eof and not self._gone:
+            self._end_of_input()
+
+    def _handshake_done(self) -> bool:
+        """The client is who its certificate says: whether it is admitted."""
+        assert self.tls is not None
+        if self._handshake_timer is not None:
+            self._handshake_timer.stop()
+            self._handshake_timer = None
+        self.certificate_names = self.tls.certificate_names()
+        if self._debug:
+            log.debug("connection %d: %s handshake done, names %s", self.id, self.tls.version(),
+                      ", ".join(self.certificate_names) or "none")
+        return self._admitted()
+
+    def _refuse_plain(self) -> None:
+        """Plain text on a TLS port: the protocol's refusal, in plain text, then close."""
+        refusals.note("plain-on-tls", f"a plain-text client on a TLS port: {self.protocol} connection from "
+                                      f"{_address(self.peer)} refused")
+        data = self.codec.refusal("this port speaks TLS")
+        self.writer.write(data)
+        self._written += len(data)
+        self.tls = None   # nothing more is encrypted, nor decrypted
+        self._reader = self._readable
+        self._close_after_reply()
+
+    def _tls_failed(self, handshaking: bool, reason: str) -> None:
+        """The client's TLS failed: its alert (if any) goes out, the connection closes."""
+        assert self.tls is not None
+        refusals.note("tls-handshake" if handshaking else "tls-error",
+                      f"TLS {'handshake' if handshaking else 'error'} with {self.protocol} client "
+                      f"{_address(self.peer)} failed: {reason}")
+        alert = self.tls.outgoing()
+        if alert:
+            try:
+                self._raw.send(alert)
+            except OSError:
+                pass
+        self._lost()
+
+    def _handshake_expired(self) -> None:
+        """A handshake too slow (or never begun): the connection closes."""
+        if self._handshake_timer is not None:
+            self._handshake_timer.stop()
+            self._handshake_timer = None
+        refusals.note("tls-timeout", f"TLS handshake with {self.protocol} client {_address(self.peer)} not "
+                                     f"done within {self._handshake_timeout:g} s: closed")
+        self._lost()
 
     # ------------------------------------------------------------ reading
     def _readable(self) -> None:
@@ -388,7 +517,7 @@ class ClientConnection(Generic[Pending, Owned]):
             self._paused = False
             self.server.hangups.unwatch(self._fd)
             if not self._eof:
-                self._watcher.start(self._readable)
+                self._watcher.start(self._reader)
         if self._eof:
             self._finish_if_done()
 
@@ -582,6 +711,8 @@ class ClientConnection(Generic[Pending, Owned]):
                 break   # answers leave in request order
             slot = slots.popleft()
             self._budget -= slot.budget
+            if self.tls is not None:
+                data = self.tls.encrypt(data)
             self.writer.write(data)
             self._written += len(data)
             _TRAFFIC[SENT] += len(data)
@@ -627,7 +758,11 @@ class ClientConnection(Generic[Pending, Owned]):
         if self._paused:
             self._paused = False
             self.server.hangups.unwatch(self._fd)
-            self._watcher.start(self._readable)
+            self._watcher.start(self._reader)
+        if self.tls is not None and self.tls.handshake_done:
+            notify = self.tls.close_notify()   # the client reads a clean end, not a truncation
+            self.writer.write(notify)
+            self._written += len(notify)
         self.writer.close()
         self._linger_timer = timer = gevent.get_hub().loop.timer(LINGER_SECONDS)
         timer.start(self._lost)
@@ -656,6 +791,9 @@ class ClientConnection(Generic[Pending, Owned]):
         if self._ack_timer is not None:
             self._ack_timer.stop()
             self._ack_timer = None
+        if self._handshake_timer is not None:
+            self._handshake_timer.stop()
+            self._handshake_timer = None
         self.writer.kill()
 
     def _lost(self) -> None:

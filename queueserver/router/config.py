@@ -6,7 +6,7 @@ names the router's types and the router never names the supervisor's.
 """
 from __future__ import annotations
 
-from typing import Dict, List, TypedDict
+from typing import Dict, List, Optional, TypedDict
 
 from ..config import Value
 
@@ -17,9 +17,18 @@ class ClusterPlace(TypedDict):
     node: str
 
 
+class TLSSettings(TypedDict):
+    """The ``[tls]`` section, for the TLS listeners (read again on SIGHUP)."""
+    certificate: str
+    key: str
+    client_ca: Optional[str]
+    handshake_timeout: float
+
+
 class _RouterConfigBase(TypedDict):
     sockets: List[str]                        # the shards' sockets, by index
     listen_fds: Dict[str, int]                # protocol -> listening socket it inherits
+    tls_fds: Dict[str, int]                   # protocol -> its TLS listening socket
     options: Dict[str, Dict[str, Value]]      # protocol -> codec options
     limits: Dict[str, int]
     direct_path: bool
@@ -31,8 +40,10 @@ class _RouterConfigBase(TypedDict):
 
 
 class RouterConfig(_RouterConfigBase, total=False):
-    """What a router is told, as JSON in its ``--config``: one of ``cluster`` and ``numbers``;
-    ``access`` with an access file."""
+    """What a router is told, as JSON in its ``--config``: one of ``cluster``
+    and ``numbers``; ``access`` with an access file, ``tls`` when any
+    listener speaks TLS."""
     cluster: ClusterPlace
     numbers: str
     access: str                               # the access file (absent: everyone may do everything)
+    tls: TLSSettings

@@ -23,6 +23,7 @@ import gevent
 from .. import memwatch
 from ..access import AccessError
 from ..lifecycle import die_with_supervisor, settle_gc, setup_logging, stop_event
+from ..net.tls import TLSConfigError, TLSFiles
 from .config import RouterConfig
 from .router import Router
 
@@ -71,8 +72,17 @@ def main(argv: Optional[List[str]] = None) -> None:
     deadline = time.monotonic() + CONNECT_TIMEOUT
     while not all(link.up for link in router.links if link.local) and time.monotonic() < deadline:
         gevent.sleep(0.02)
+    tls = config.get("tls")
+    if tls is not None:
+        try:
+            router.use_tls(TLSFiles(tls["certificate"], tls["key"], tls["client_ca"]), tls["handshake_timeout"])
+        except TLSConfigError as err:   # the supervisor checked them at start: changed since
+            log.error("router %d: %s; serving no TLS port", config.get("index", 0), err)
     for protocol, fd in config["listen_fds"].items():
         router.listen(protocol, fd)
+    if router.tls is not None:
+        for protocol, fd in config.get("tls_fds", {}).items():
+            router.listen(protocol, fd, tls=True)
     # /metrics: the supervisor asks for this router's counters there; on etcd, it tells the cluster's state there
     control = config.get("control")
     if control:

@@ -52,6 +52,8 @@ from ..metrics.refusals import CONNECT, UNKNOWN, refused
 from ..net.connection import MAY_MOVE, SERVE, ClientConnection, refused_for_job
 from ..net.handoff import Gone, Move
 from ..net.hangups import HangupWatch
+from ..net.refusals import RefusalLog
+from ..net.tls import TLSConfigError, TLSFiles, TLSServing, server_context
 from ..protocols.base import ALL, BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command, StreamCodec
 from ..links.directory import SHARED
 from .jobcache import JobCache
@@ -181,12 +183,14 @@ class Router:
                       for i, path in enumerate(socket_paths)]
         self.clients = 0
         self.started = time.time_ns() // 1000
-        self.servers: Dict[str, Tuple[stdsocket.socket, "_IoWatcher"]] = {}
+        self.servers: Dict[str, Tuple[stdsocket.socket, "_IoWatcher"]] = {}   # "workq", "workq over TLS"
         self._connection_ids = 0
         self.hangups = HangupWatch()
         self._spare: Optional[int] = _spare_descriptor()
-        self._refused = 0
-        self._refusal_logged = 0.0
+        self._refusals = RefusalLog(log, LOG_INTERVAL, burst=1)
+        #: the TLS listeners' files, and what each new TLS connection starts with (reloaded on SIGHUP)
+        self.tls_files: Optional[TLSFiles] = None
+        self.tls: Optional[TLSServing] = None
         self._clients_due = False
         #: the access rules (None: no access file, everyone may do everything)
         self.access: Optional[AccessControl] = None
@@ -196,10 +200,18 @@ class Router:
         self.access = AccessControl(load_access(path))
 
     # ------------------------------------------------------------- listening
-    def listen(self, protocol: str, fd: int) -> None:
+    def use_tls(self, files: TLSFiles, handshake_timeout: float) -> None:
+        """Serve TLS listeners with ``files`` (:class:`TLSConfigError` if they cannot be used)."""
+        self.tls_files = files
+        self.tls = TLSServing(server_context(files), handshake_timeout)
+
+    def listen(self, protocol: str, fd: int, tls: bool = False) -> None:
         """Serve ``protocol`` on the bound, listening socket ``fd`` (the
         supervisor's, shared by every router): an io watcher accepts in the
-        event loop."""
+        event loop. On a ``tls`` listener, each connection starts with a
+        handshake (with the TLS context of the moment: see :meth:`reload`)."""
+        if tls and self.tls is None:
+            raise ValueError(f"a TLS listener for {protocol} needs use_tls() first")
         codec_class: Type[StreamCodec] = load_codec(protocol)
         options = self.options.get(protocol, {})
         raw = stdsocket.socket(fileno=fd)
@@ -227,7 +239,8 @@ class Router:
                 try:
                     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     sock = socket.socket(conn.family, conn.type, fileno=conn.detach())
-                    client = ClientConnection(self, sock, codec_class(**options), protocol, peer)
+                    client = ClientConnection(self, sock, codec_class(**options), protocol, peer,
+                                              tls=self.tls if tls else None)
                 except Exception:
                     log.exception("setting up a %s connection failed", protocol)
                     conn.close()
@@ -239,8 +252,9 @@ class Router:
                 client.start()
 
         watcher.start(accept)
-        self.servers[protocol] = (raw, watcher)
-        log.info("router %d serving %s on %s:%d", self.index, protocol, *raw.getsockname()[:2])
+        name = f"{protocol} over TLS" if tls else protocol
+        self.servers[name] = (raw, watcher)
+        log.info("router %d serving %s on %s:%d", self.index, name, *raw.getsockname()[:2])
 
     # ------------------------------------------------------------ refusing
     @staticmethod
@@ -255,12 +269,7 @@ class Router:
 
     def _note_refusal(self, message: str) -> None:
         """Log a refusal at most once per interval, with how many there were."""
-        self._refused += 1
-        now = time.monotonic()
-        if now - self._refusal_logged >= LOG_INTERVAL:
-            log.warning("%s (%d refused since the last message)", message, self._refused)
-            self._refused = 0
-            self._refusal_logged = now
+        self._refusals.note("accept", message)
 
     def _out_of_descriptors(self, protocol: str, codec_class: Type[StreamCodec], raw: stdsocket.socket,
                             watcher: "_IoWatcher", accept: Callable[[], None], err: OSError) -> None:
@@ -339,6 +348,11 @@ class Router:
         identity it was given at connect); a file that cannot be used
         leaves the rules as they were."""
         log.info("router %d: reloading", self.index)
+        self._reload_tls()
+        self._reload_access()
+
+    def _reload_access(self) -> None:
+        """Read the access file again; one that cannot be used leaves the rules as they were."""
         if self.access is not None:
             try:
                 self.access.replace(load_access(self.access.path))
@@ -375,6 +389,22 @@ class Router:
             checked.inner = asked
         return checked
 
+    def _reload_tls(self) -> None:
+        """Read the certificate, key and client CA again into a new context
+        for new connections; open ones keep theirs. Files that cannot be used
+        leave the context in use as it is."""
+        if self.tls is None or self.tls_files is None:
+            return
+        try:
+            context = server_context(self.tls_files)
+        except TLSConfigError as err:
+            log.error("router %d: keeping the TLS certificate in use: %s", self.index, err)
+            return
+        self.tls = self.tls._replace(context=context)
+        log.info("router %d: new TLS connections use the certificate %s read again%s", self.index,
+                 self.tls_files.certificate,
+                 f" (client CA {self.tls_files.client_ca})" if self.tls_files.client_ca else "")
+
     def after_requests(self) -> None:
         """Frames leave once per loop turn anyway: nothing to do here."""
 
@@ -387,8 +417,8 @@ class Router:
     def placement(self, connection: Connection, command: Command) -> int:
         """Whether ``command`` is better served by its shard, directly."""
         if not self.direct_path or connection.moves >= MAX_MOVES or connection.slots \
-                or connection.writer.queued:
-            return SERVE   # off, moved enough, or not movable now
+                or connection.writer.queued or connection.tls is not None:
+            return SERVE   # off, moved enough, not movable now, or TLS (its state lives here)
         route = command.route
         if route == BY_NAME:
             shard = self.shard_for(command.key)
