@@ -106,7 +106,7 @@ browser:
 
 test: dev browser
 	$(BIN)/mypy
-	@bash loadtests/install-peers.sh >/dev/null 2>&1 || echo "beanstalkd, redis-server, etcd and promtool could not be fetched: the peers' bench smoke test is skipped, the etcd and promtool tests fail"
+	@bash loadtests/install-peers.sh >/dev/null 2>&1 || echo "beanstalkd, redis-server, etcd, promtool and stunnel could not be fetched: the peers' bench smoke test is skipped, the etcd, promtool and stunnel tests fail"
 	$(BIN)/python -c 'import queueserver as q; print("queueserver:", q.BUILD)'
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not long" --durations=15 $(ARGS)
 	QS_PURE_PYTHON=1 QS_DIRECT_PATH=0 $(BIN)/python -m pytest -n $(TEST_WORKERS) $(SERVER_TESTS) $(ARGS)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fetch the two peer servers the benchmark compares against, beanstalkd and
-# redis-server, etcd (what a cluster's tests coordinate through) and
-# Prometheus's promtool (what checks the alert rules in deploy/), from
+# redis-server, etcd (what a cluster's tests coordinate through),
+# Prometheus's promtool (what checks the alert rules in deploy/) and stunnel
+# (the TLS sidecar a plain-TCP client reaches a TLS port through), from
 # Debian's packages, unpacked under a local directory
 # (loadtests/.peers/ by default, git-ignored; PEERS_DIR overrides it).
 #
@@ -11,15 +12,15 @@
 # package is registered with dpkg, no maintainer script runs, no service is
 # started or enabled and no file lands outside PEERS_DIR. The bench runs the
 # binaries from there (with the unpacked libraries on LD_LIBRARY_PATH), as
-# private instances on free loopback ports. Idempotent: does nothing when both
-# binaries are already unpacked.
+# private instances on free loopback ports. Idempotent: does nothing when all
+# five binaries are already unpacked.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 dest=${PEERS_DIR:-$here/.peers}
 root=$dest/root
-packages=(beanstalkd redis-server etcd-server prometheus)
-binaries=(beanstalkd redis-server etcd promtool)
+packages=(beanstalkd redis-server etcd-server prometheus stunnel4)
+binaries=(beanstalkd redis-server etcd promtool stunnel4)
 
 have_all() {
     for binary in "${binaries[@]}"; do

@@ -1,6 +1,6 @@
 """A real etcd for the tests: Debian's etcd-server package, unpacked under
 ``loadtests/.peers`` by ``loadtests/install-peers.sh`` (``make test`` runs it;
-this module runs it too when the binary is missing), started on free
+:mod:`peer_binaries` runs it too when the binary is missing), started on free
 loopback ports with its own data directory and stopped by the test."""
 from __future__ import annotations
 
@@ -19,19 +19,11 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-PEERS = Path(os.environ.get("QS_PEERS_DIR") or ROOT / "loadtests" / ".peers")
-ETCD = PEERS / "root" / "usr" / "bin" / "etcd"
+from peer_binaries import peer_binary
 
 
 def etcd_binary() -> str:
-    if not ETCD.exists():
-        subprocess.run(["bash", str(ROOT / "loadtests" / "install-peers.sh")], check=False,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
-    if not ETCD.exists():
-        pytest.fail(f"etcd is not at {ETCD}: loadtests/install-peers.sh could not fetch Debian's "
-                    f"etcd-server (it needs apt and the Debian archive)")
-    return str(ETCD)
+    return peer_binary("etcd", "etcd-server")
 
 
 def _free_port(host: str = "127.0.0.1") -> int:
