@@ -105,11 +105,12 @@ def the_original_smoke_suite(client: Wire, connect: Callable[[], Wire]) -> None:
     assert not thread.is_alive() and not worker_failed, worker_failed
     assert client.reply() == job_block(id, "1", b"Pong!")
 
-    # Schedule,Lease: not before its time (whole seconds, 1 to 2 s away), then leased. Sent a
-    # quarter second into a second, so that the time is 1.75 s away at most and the 2 s the
-    # suite waits in all leave a margin on a loaded machine (the bytes are the suite's).
+    # Schedule,Lease: not before its time (whole seconds, 1 to 2 s away), then leased. Sent
+    # half a second into a second, so that the job is due 1.5 s later: the 0.1 s lease is
+    # answered well before, and the 1.9 s one half a second after it was due, margins on a
+    # loaded machine either side (the bytes are the suite's).
     id = new_id()
-    time.sleep((1.25 - time.time() % 1) % 1)
+    time.sleep((1.5 - time.time() % 1) % 1)
     at = (datetime.now(timezone.utc) + timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
     assert client.call(f"schedule {id} ping-schedule 5000 60000 {at} 5 {FLAGS}\r\nPing!\r\n".encode()) == \
         b"+OK\r\n"
