@@ -11,7 +11,11 @@
 * ``networks``: the HTTP port bound beyond loopback (``0.0.0.0``) with a
   ``[tls]`` certificate and no ``metrics.tls``: HTTPS by default, no client
   certificate asked for, identities by source address;
-* ``plain``: bound beyond loopback with ``--no-metrics-tls``: one warning at start.
+* ``plain``: bound beyond loopback with ``--no-metrics-tls``: one warning at start;
+* the console over HTTPS in the real browser of the console's tests
+  (Chromium through Playwright), presenting a client certificate
+  (Playwright's ``client_certificates``); it does not trust the test CA,
+  so certificate errors are ignored for its pages (``ignore_https_errors``).
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from pathlib import Path
 from typing import Dict, Iterator, Optional, Tuple
 
 import pytest
+from browser import screenshot
 
 from tests.serverproc import ServerProcess, wait_for
 from tests.test_access_server import Client, workq_add
@@ -248,6 +253,45 @@ def test_a_silent_client_holds_only_its_own_thread_and_is_closed(mtls: MTLS) -> 
     finally:
         silent.close()
     wait_for(lambda: "no TLS handshake in" in mtls.proc.log(), 10, "the timeout's log line")
+
+
+def _browse(browser, mtls: MTLS, client: Issued):   # type: ignore[no-untyped-def]
+    """A browser context that presents ``client``'s certificate to the HTTPS port."""
+    origin = f"https://127.0.0.1:{mtls.proc.ports['metrics']}"
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, ignore_https_errors=True,
+                                  client_certificates=[{"origin": origin, "certPath": str(client.cert),
+                                                        "keyPath": str(client.key)}])
+    tab = context.new_page()
+    tab.set_default_timeout(15_000)
+    return context, tab, origin
+
+
+def test_the_console_over_https_in_a_browser(browser, mtls: MTLS) -> None:   # type: ignore[no-untyped-def]
+    import re
+    queue = qname("orders.")
+    job = add_job(mtls.proc, queue)
+    context, tab, origin = _browse(browser, mtls, mtls.ops_files)
+    try:
+        assert tab.goto(origin + "/").status == 200
+        assert tab.locator(f'tr[data-queue="{queue}"]').count() == 1
+        tab.goto(f"{origin}/jobs/{job}")
+        tab.fill("form[action$='/delete'] input[name=token]", TOKEN)
+        tab.click("button:has-text('Delete job')")
+        tab.wait_for_url(re.compile(r"/queues/.*notice=deleted"))
+        assert f"Deleted job {job}" in tab.inner_text(".flash")
+        screenshot(tab, "console-https-deleted")
+    finally:
+        context.close()
+    assert mtls.ops.get(f"/api/job?id={job}")[0] == 404
+    watcher = mtls.pki.two.dir / "watcher"
+    context, tab, origin = _browse(browser, mtls, Issued(watcher.with_suffix(".key"), watcher.with_suffix(".pem")))
+    try:
+        assert tab.goto(origin + "/").status == 403   # the console's own 403 page
+        assert "403" in tab.inner_text(".code") and "watcher may not inspect every queue" in tab.inner_text("main")
+        screenshot(tab, "console-https-refused")
+        assert tab.goto(f"{origin}/queues/{queue}").status == 200
+    finally:
+        context.close()
 
 
 def test_sighup_reloads_the_access_file_and_the_client_ca(mtls: MTLS) -> None:
