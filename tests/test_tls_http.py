@@ -247,7 +247,11 @@ def test_a_silent_client_holds_only_its_own_thread_and_is_closed(mtls: MTLS) -> 
     silent = socket.create_connection(("127.0.0.1", mtls.proc.ports["metrics"]), timeout=10)
     try:
         started = time.monotonic()
-        assert mtls.ops.get("/status")[0] == 200   # served while the silent one waits
+        assert mtls.ops.get("/status")[0] == 200   # served while the silent one waits:
+        silent.setblocking(False)
+        with pytest.raises(BlockingIOError):        # still open then (not waited out first)
+            silent.recv(10)
+        silent.settimeout(10)
         assert silent.recv(10) == b""               # closed by the handshake timeout
         assert HANDSHAKE_TIMEOUT * 0.8 <= time.monotonic() - started < HANDSHAKE_TIMEOUT + 5
     finally:
