@@ -14,7 +14,7 @@ from typing import List, NoReturn, Optional
 
 from . import BUILD, __version__
 from .cluster.arguments import add_parser as add_cluster_parser
-from .config import (ACCESS, CODEC_OPTIONS, DEFAULT_METRICS_PORT, HISTORY, LISTENER, LOG_LEVELS, SERVER, TLS,
+from .config import (ACCESS, CODEC_OPTIONS, DEFAULT_METRICS_PORT, HISTORY, LISTENER, LOG_LEVELS, METRICS, SERVER, TLS,
                      TLS_LISTENER, TLS_MODES, Config, ConfigError, Setting, access_attribute, history_attribute,
                      tls_attribute)
 from .protocols import DEFAULT_PORTS
@@ -80,6 +80,7 @@ def _serve_parser(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
                         f"{DEFAULT_METRICS_PORT}; 0 picks a free port)")
     p.add_argument("--no-metrics", action="store_true", dest="no_metrics",
                    help="serve no /metrics or /status")
+    _add_flag(p, METRICS["tls"], "metrics_tls")
     for protocol, options in CODEC_OPTIONS.items():
         for key, setting in options.items():
             _add_flag(p, setting, f"{protocol}_{key}")
@@ -187,6 +188,8 @@ def build_config(args: argparse.Namespace) -> Config:
         config.metrics.port = _port("--metrics-port", args.metrics_port)
     if args.no_metrics:
         config.metrics.enabled = False
+    if args.metrics_tls is not None:
+        config.metrics.tls = "true" if METRICS["tls"].check("--metrics-tls", args.metrics_tls) else "false"
     for key, setting in TLS.items():
         value = getattr(args, tls_attribute(key))
         if value is not None:

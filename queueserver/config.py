@@ -202,7 +202,7 @@ LISTENER: Dict[str, Setting] = {
     "port": Setting("port"),
     "bind": Setting("address"),
 }
-#: Keys of the client ports' sections only (the metrics port speaks plain HTTP).
+#: Keys of the client ports' sections only.
 TLS_LISTENER: Dict[str, Setting] = {
     "tls": Setting("tls"),
     "tls_port": Setting("port"),
@@ -222,6 +222,19 @@ TLS: Dict[str, Setting] = {
                                  help="a TLS client that has not finished its handshake in SECONDS is "
                                       "closed (default 10)"),
 }
+
+
+#: ``[metrics]``'s own keys beside :data:`LISTENER`'s: whether the HTTP port
+#: speaks HTTPS with the ``[tls]`` files. Left unset it does exactly when it is
+#: bound beyond loopback and ``[tls]`` names a certificate (:meth:`Config.metrics_tls`).
+METRICS: Dict[str, Setting] = {
+    "tls": Setting("bool", flag="--metrics-tls",
+                   help="the HTTP port (/metrics, /status, the console) speaks HTTPS with the [tls] "
+                        "certificate, key and client CA (default: on when it is bound beyond loopback "
+                        "and --tls-certificate is given)"),
+}
+#: ``Listener.tls`` of the metrics port while ``metrics.tls`` is unset.
+METRICS_TLS_AUTO = "auto"
 
 
 def tls_attribute(key: str) -> str:
@@ -335,17 +348,20 @@ class Listener:
         options = CODEC_OPTIONS[protocol]
         for key, value in section.items():
             name = f"{protocol}.{key}"
-            if key in TLS_LISTENER and protocol == "metrics":
-                raise ConfigError(f"{name}: the metrics port speaks plain HTTP (keep it on loopback, or "
-                                  f"behind a TLS proxy); tls is a key of the client ports' sections")
-            if key in LISTENER:
+            if protocol == "metrics" and key in METRICS:
+                self.tls = "true" if METRICS[key].check(name, value) else "false"
+            elif protocol == "metrics" and key in TLS_LISTENER:
+                raise ConfigError(f"{name}: the HTTP port is one port: metrics.tls = true makes it speak "
+                                  f"HTTPS, there is no port beside it")
+            elif key in LISTENER:
                 setattr(self, key, LISTENER[key].check(name, value))
             elif key in TLS_LISTENER:
                 setattr(self, key, TLS_LISTENER[key].check(name, value))
             elif key in options:
                 self.options[key] = options[key].check(name, value)
             else:
-                raise unknown_key(name, [*LISTENER, *(TLS_LISTENER if protocol != "metrics" else ()), *options])
+                raise unknown_key(name, [*LISTENER, *(TLS_LISTENER if protocol != "metrics" else METRICS),
+                                         *options])
 
     def ports(self, protocol: str) -> List[Tuple[str, int, bool]]:
         """The ports it listens on: (name in ``ports.json``, port, speaks TLS).
@@ -402,7 +418,7 @@ class Config:
     listeners: Dict[str, Listener] = field(
         default_factory=lambda: {name: Listener(port=port) for name, port in DEFAULT_PORTS.items()})
     #: ``[metrics]``: the HTTP port of ``/metrics`` (Prometheus) and ``/status`` (JSON)
-    metrics: Listener = field(default_factory=lambda: Listener(port=DEFAULT_METRICS_PORT))
+    metrics: Listener = field(default_factory=lambda: Listener(port=DEFAULT_METRICS_PORT, tls=METRICS_TLS_AUTO))
 
     @classmethod
     def load(cls, path: Optional[str]) -> "Config":
@@ -484,11 +500,32 @@ class Config:
             if listener.tls == "both" and listener.tls_port == listener.port and listener.port != 0:
                 raise ConfigError(f"{name}.tls_port and {name}.port are both {listener.port}: give the TLS "
                                   f"listener a port of its own")
+        if self.metrics.enabled and self.metrics.tls == "true":
+            speaking.append("metrics")
         if speaking and (self.tls_certificate is None or self.tls_key is None):
             missing = " and ".join(f"tls.{key} (--tls-{key})" for key in ("certificate", "key")
                                    if getattr(self, tls_attribute(key)) is None)
             raise ConfigError(f"{', '.join(speaking)} speak{'s' if len(speaking) == 1 else ''} TLS but "
                               f"{missing} {'is' if ' and ' not in missing else 'are'} not set")
+
+    @property
+    def metrics_bind(self) -> str:
+        """The address the HTTP port binds."""
+        return self.metrics.bind or self.bind
+
+    def metrics_beyond_loopback(self) -> bool:
+        """Whether the HTTP port is bound where other hosts can reach it."""
+        host = self.metrics_bind
+        return host != "localhost" and not ipaddress.ip_address(host).is_loopback
+
+    def metrics_tls(self) -> bool:
+        """Whether the HTTP port speaks HTTPS: as ``metrics.tls`` says, or,
+        unset, when it is bound beyond loopback and ``[tls]`` names a
+        certificate (a port only this host reaches needs none, and a server
+        with no certificate has none to offer)."""
+        if self.metrics.tls != METRICS_TLS_AUTO:
+            return self.metrics.tls == "true"
+        return self.tls_certificate is not None and self.tls_key is not None and self.metrics_beyond_loopback()
 
     @property
     def speaks_tls(self) -> bool:

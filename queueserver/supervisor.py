@@ -447,8 +447,12 @@ class Supervisor:
         metrics = self.config.metrics
         if metrics.enabled:   # bound now, served from a thread once the children start
             from .console.http import node_metrics
+            from .access import AccessError
+            from .net.tls import TLSConfigError
             try:
                 self.metrics = node_metrics(self.config, self.runtime.file)
+            except (TLSConfigError, AccessError) as err:
+                raise StartupError(f"the HTTP port: {err}") from None
             except OSError as err:
                 raise StartupError(bind_failure("metrics", metrics.bind or self.config.bind,
                                                  metrics.port, err)) from None
@@ -569,9 +573,12 @@ class Supervisor:
 
     def _pass_reload(self) -> None:
         """SIGHUP: every router reads its TLS and access files again, and with
-        an access file every shard serving clients (the direct path) reads it too."""
+        an access file every shard serving clients (the direct path) reads it
+        too; so does the HTTP port, in this process."""
         self._reload = False
-        log.info("received SIGHUP: the routers reload their TLS and access files")
+        log.info("received SIGHUP: the routers (and the HTTP port) reload their TLS and access files")
+        if self.metrics is not None:
+            self.metrics.reload()
         readers = ("router", "shard-", "takeover-") if self.config.access_acl is not None else ("router",)
         for child in self.children:
             if child.name.startswith(readers) and child.process is not None and child.process.poll() is None:

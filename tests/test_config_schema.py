@@ -44,6 +44,9 @@ BAD_FILES = [
     ("console = 3\n", ["console must be a table"]),
     ("server = 3\n", ["server must be a table"]),
     ("workq = 3\n", ["workq must be a table"]),
+    ('[metrics]\ntls = "both"\n', ["metrics.tls must be true or false"]),
+    ("[metrics]\ntls_port = 9471\n", ["metrics.tls_port: the HTTP port is one port"]),
+    ("[metrics]\ntls = true\n", ["metrics speaks TLS but tls.certificate (--tls-certificate) and tls.key"]),
 ]
 
 
@@ -190,3 +193,19 @@ def test_console_section_is_read(tmp_path):
     assert loaded.console_history_report == "/var/lib/queueserver/report"
     assert set(CONSOLE) == {"token_file", "history_report"}
     assert Config().console_token_file is None and Config().console_history_report is None
+
+
+@pytest.mark.parametrize("bind, files, setting, https", [
+    ("127.0.0.1", True, None, False),     # loopback: no TLS needed
+    ("0.0.0.0", True, None, True),        # beyond loopback with a certificate: HTTPS
+    ("10.1.2.3", False, None, False),     # beyond loopback, no certificate to offer
+    ("0.0.0.0", True, "false", False),    # said so
+    ("127.0.0.1", True, "true", True),
+])
+def test_the_http_port_speaks_https_by_default_beyond_loopback_with_a_certificate(bind, files, setting, https):
+    from queueserver.config import Config
+    config = Config()
+    config.update({"metrics": {"bind": bind, **({"tls": setting == "true"} if setting else {})},
+                   **({"tls": {"certificate": "c.pem", "key": "k.pem"}} if files else {})})
+    config.check_tls()
+    assert config.metrics_tls() is https

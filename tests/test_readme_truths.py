@@ -25,7 +25,7 @@ from typing import Dict
 
 import pytest
 
-from queueserver.config import CODEC_OPTIONS, HISTORY, LISTENER, SERVER, TLS, TLS_LISTENER, Config
+from queueserver.config import CODEC_OPTIONS, HISTORY, LISTENER, METRICS, SERVER, TLS, TLS_LISTENER, Config
 from queueserver.protocols import DEFAULT_PORTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,7 +134,7 @@ def test_every_configuration_key_is_in_the_table(reference):
     keys += [f"history.{key}" for key in HISTORY]
     keys += [f"<protocol>.{key}" for key in [*LISTENER, *TLS_LISTENER]]
     keys += [f"tls.{key}" for key in TLS]
-    keys += [f"metrics.{key}" for key in LISTENER]
+    keys += [f"metrics.{key}" for key in [*LISTENER, *METRICS]]
     keys += [f"{protocol}.{key}" for protocol, options in CODEC_OPTIONS.items() for key in options]
     missing = [key for key in keys if f"| `{key}` |" not in table]
     assert not missing, f"configuration keys missing from {CONFIGURATION.name}'s key table: {missing}"

@@ -28,6 +28,11 @@ so a queue name may hold a ``/``):
   fields, ``action=retry|delete``) or all of a list (``action=retry-all|delete-all`` with its
   ``state`` and filters); logged once, with the count
 
+With an access file, every request needs its verb (:mod:`.access`):
+``inspect`` on every queue for the node-wide pages, on a queue for its
+pages and its jobs'; an action ``admin`` on the queue it touches, *and* a
+token. A refused one is a 403 (a page, or JSON under ``/api/``).
+
 An action needs a token (:mod:`.auth`); a form post also its CSRF field and
 a same-origin ``Origin``/``Referer``. An action on GET is 405. A form post
 is answered with a redirect to the page it changed (a flash line says what
@@ -49,7 +54,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Tuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from ..access import Permissions
+from ..engine.ops import ADMIN, INSPECT
 from . import pages
+from .access import EVERY_QUEUE, require
 from .assets import CONSOLE_JS
 from .auth import TOKEN_HEADER, Auth
 from .charts import rate_chart
@@ -145,6 +153,13 @@ class Request:
     form: Dict[str, str]         # the body's form fields (POST), the first value of each
     client: str
     ids: List[str] = field(default_factory=list)   # every ``id`` field of the form (jobs picked)
+    #: what the client's identity may do (None: no access file, anything)
+    permissions: Optional[Permissions] = None
+    target: str = ""
+
+    def require(self, verb: str, queue: str, of_job: bool = False) -> None:
+        """:class:`~.access.Refused` (a 403) unless the identity may ``verb`` ``queue``."""
+        require(self.permissions, verb, queue, f"{self.method} {self.target[:200]}", self.client, of_job)
 
     @property
     def api(self) -> bool:
@@ -292,8 +307,9 @@ class ConsoleApp:
 
     # ------------------------------------------------------------ entry
     def handle(self, method: str, target: str, headers: Mapping[str, str], body: bytes = b"",
-               client: str = "") -> Response:
-        """The response to one request; never raises."""
+               client: str = "", permissions: Optional[Permissions] = None) -> Response:
+        """The response to one request by a client with ``permissions``
+        (None: no access file); never raises."""
         lower = {k.lower(): v for k, v in headers.items()}
         # JSON errors for the API and for scripts (a token in the header, or a
         # POST that no browser sent); pages for browsers.
@@ -301,6 +317,7 @@ class ConsoleApp:
             method == "POST" and not from_browser(lower))
         try:
             request = self._parse(method, target, lower, body, client)
+            request.permissions, request.target = permissions, target
             return self._route(request)
         except ConsoleError as e:
             return self.error(e.status, e.message, api,
@@ -369,6 +386,7 @@ class ConsoleApp:
         return span, RANGES[span]
 
     def overview(self, request: Request) -> Response:
+        request.require(INSPECT, EVERY_QUEUE)
         span, seconds = self._span(request)
         return self.html(pages.overview(self.source.queues(), self.node, self.source.rates(None, seconds), span))
 
@@ -391,6 +409,7 @@ class ConsoleApp:
 
     def queue(self, request: Request, name: str) -> Response:
         name = _text(name, "queue name")
+        request.require(INSPECT, name)
         state = self._list_state(request.query, "ready")
         filters, shown = list_filters(request.query)
         page, per_page, capped = self._paging(request)
@@ -408,6 +427,7 @@ class ConsoleApp:
         queue = request.param("queue").strip()
         if queue:
             shown["queue"] = _text(queue, "queue name")
+        request.require(INSPECT, queue or EVERY_QUEUE)
         page, per_page, capped = self._paging(request)
         jobs = self.source.jobs(queue or None, "failed", page, per_page, filters)
         jobs["queue"] = None   # a list of this page's, whatever queue it is narrowed to
@@ -415,7 +435,7 @@ class ConsoleApp:
                                            notice=self._notice(request), capped=capped))
 
     def job(self, request: Request, ident: str) -> Response:
-        detail = self.source.job(check_ident(ident))
+        detail = self._job(request, check_ident(ident), INSPECT)
         elsewhere: Optional[str] = None
         if detail["node"] and detail["node"] != self.node:   # found through another node's console
             elsewhere = ""
@@ -428,6 +448,7 @@ class ConsoleApp:
                                         elsewhere))
 
     def search(self, request: Request) -> Response:
+        request.require(INSPECT, EVERY_QUEUE)
         text = request.param("q").strip()
         if not text:
             return self.redirect("/")
@@ -442,12 +463,15 @@ class ConsoleApp:
         return self.html(pages.search_page(text, found, self.node))
 
     def cluster(self, request: Request) -> Response:
+        request.require(INSPECT, EVERY_QUEUE)
         return self.html(pages.cluster_page(self.source.cluster(), self.node))
 
     def workers(self, request: Request) -> Response:
+        request.require(INSPECT, EVERY_QUEUE)
         return self.html(pages.workers_page(self.source.workers(), self.node))
 
     def history(self, request: Request) -> Response:
+        request.require(INSPECT, EVERY_QUEUE)
         path = self.source.history_report()
         if path is None or not os.path.isfile(path):
             return self.html(pages.history_missing(self.node), 404)
@@ -461,14 +485,16 @@ class ConsoleApp:
 
     # --------------------------------------------------------------- API
     def api_queues(self, request: Request) -> Response:
+        request.require(INSPECT, EVERY_QUEUE)
         rows = self.source.queues()
         if request.param("format") == "html":
             return self.html(pages.overview_live(rows))
         return self.json({"node": self.node, "queues": rows})
 
     def api_rates(self, request: Request, name: str) -> Response:
+        request.require(INSPECT, _text(name, "queue name"))
         span, seconds = self._span(request) if request.param("range") else ("30m", RANGES["30m"])
-        points = self.source.rates(_text(name, "queue name"), seconds)
+        points = self.source.rates(name, seconds)
         if request.param("format") == "svg":
             return self.html(rate_chart(points))
         return self.json({"queue": name, "range": span, "rates": points})
@@ -480,6 +506,7 @@ class ConsoleApp:
         queue = request.param("queue") or None
         if queue is not None:
             queue = _text(queue, "queue name")
+        request.require(INSPECT, queue or EVERY_QUEUE)
         points = self.source.rates(queue, seconds)
         if request.param("format") == "html":
             return self.html(pages.charts(points, queue))
@@ -487,6 +514,7 @@ class ConsoleApp:
                           "step": points[-1]["step"] if points else None, "points": points})
 
     def api_workers(self, request: Request) -> Response:
+        request.require(INSPECT, EVERY_QUEUE)
         view = self.source.workers()
         if request.param("format") == "html":
             return self.html(pages.workers_live(view))
@@ -495,7 +523,13 @@ class ConsoleApp:
     def api_job(self, request: Request) -> Response:
         """A job as JSON; ``scope=node``: this node's shards only (what other nodes' consoles ask)."""
         ident = check_ident(request.param("id"))
-        return self.json(self.source.job(ident, cluster_wide=request.param("scope") != "node"))
+        return self.json(self._job(request, ident, INSPECT, cluster_wide=request.param("scope") != "node"))
+
+    def _job(self, request: Request, ident: str, verb: str, cluster_wide: bool = True) -> JobDetail:
+        """Job ``ident``, which the identity may ``verb`` in its queue, or :class:`~.access.Refused`."""
+        detail = self.source.job(ident, cluster_wide=cluster_wide)
+        request.require(verb, detail["job"]["queue"], of_job=True)
+        return detail
 
     # ----------------------------------------------------------- actions
     def _act(self, request: Request, what: str, do: Callable[[str], ActionResult],
@@ -516,6 +550,7 @@ class ConsoleApp:
 
     def delete(self, request: Request, ident: str) -> Response:
         ident = check_ident(ident)
+        self._may_act_on_job(request, ident)
         queue = request.form.get("queue", "")
         return self._act(request, f"delete job {ident}", lambda who: self.source.delete_job(ident, who),
                          lambda r: url("queues", queue, notice="deleted", job=ident) if queue
@@ -523,17 +558,26 @@ class ConsoleApp:
 
     def requeue(self, request: Request, ident: str) -> Response:
         ident = check_ident(ident)
+        self._may_act_on_job(request, ident)
         return self._act(request, f"requeue job {ident}", lambda who: self.source.requeue_job(ident, who),
                          lambda r: url("jobs", ident, notice="requeued", job=ident))
 
+    def _may_act_on_job(self, request: Request, ident: str) -> None:
+        """An action on a job needs ``admin`` on its queue: asked of the job
+        first, unless the identity may administer every queue."""
+        if request.permissions is not None and not request.permissions.matchers[ADMIN].everything:
+            self._job(request, ident, ADMIN)
+
     def bulk(self, request: Request, name: str) -> Response:
         name = _text(name, "queue name")
+        request.require(ADMIN, name)
         state = self._list_state(request.form, "failed")
         return self._bulk(request, name, state, lambda query: url("queues", name, state=state, **query))
 
     def failed_bulk(self, request: Request) -> Response:
         queue = request.form.get("queue", "").strip()
         name = _text(queue, "queue name") if queue else None
+        request.require(ADMIN, name or EVERY_QUEUE)
         return self._bulk(request, name, "failed", lambda query: url("failed", queue=name, **query))
 
     def _bulk(self, request: Request, queue: Optional[str], state: str,
@@ -559,6 +603,7 @@ class ConsoleApp:
 
     def purge(self, request: Request, name: str) -> Response:
         name = _text(name, "queue name")
+        request.require(ADMIN, name)
         confirm = request.form.get("confirm", request.param("confirm") or None)
         api = TOKEN_HEADER.lower() in request.headers
         if confirm != name:

@@ -35,6 +35,7 @@ from .. import COMPILED, WHY_PURE, __version__
 from . import FSYNC_BUCKETS, LATENCY_BUCKETS, LOCAL_NODE, MAX_QUEUE_LABELS
 from .control import ASK_TIMEOUT, Answer, ask_all
 from .histogram import Snapshot, add_snapshots, empty_snapshot
+from .refusals import snapshot as own_refusals
 
 COUNTERS = ("added", "leased", "completed", "failed", "expired")
 #: a shard's history retention counters: segments dropped, and of those unread by the checkpoint
@@ -444,6 +445,8 @@ class NodeView:
             for counter in TRAFFIC_COUNTERS:
                 totals[counter] += router[counter]
             routers.append(router)
+
+        refused = _add(refused, own_refusals())   # this process's own: the HTTP port's (in the supervisor)
 
         # Labels: the chosen queues on their own, the rest (and "other") summed.
         held: Callable[[List[int]], int] = lambda row: sum(row[NCOUNTERS:])   # noqa: E731

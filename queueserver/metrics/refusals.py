@@ -6,6 +6,9 @@ moved to it. The supervisor adds every process's map up for ``/metrics``
 (``queueserver_access_refusals_total{identity, verb}``). Connections refused
 at connect count under the identity ``unknown`` and the verb ``connect``.
 
+The supervisor counts here too: its HTTP port's refusals, from request
+threads, hence the lock (taken only by a refusal and a scrape).
+
 Each refusal is logged too, at most once per :data:`LOG_INTERVAL` per
 identity and verb, with how many there were since: a client hammering a
 queue it may not use must not fill the log, nor hide another's refusals.
@@ -13,6 +16,7 @@ queue it may not use must not fill the log, nor hide another's refusals.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Dict, Final, List, Tuple
 
@@ -28,10 +32,16 @@ LOG_INTERVAL: Final = 10.0
 COUNTS: Final[Dict[str, Dict[str, int]]] = {}
 #: (identity, verb) -> [when its last line was written, its refusals since]
 _LOGGED: Final[Dict[Tuple[str, str], List[float]]] = {}
+_LOCK: Final = threading.Lock()
 
 
 def refused(identity: str, verb: str, message: str) -> None:
     """Count one refusal and log it (rate-limited)."""
+    with _LOCK:
+        _count(identity, verb, message)
+
+
+def _count(identity: str, verb: str, message: str) -> None:
     by_verb = COUNTS.get(identity)
     if by_verb is None:
         by_verb = COUNTS[identity] = {}
@@ -47,5 +57,6 @@ def refused(identity: str, verb: str, message: str) -> None:
 
 
 def snapshot() -> Dict[str, Dict[str, int]]:
-    return {identity: dict(verbs) for identity, verbs in COUNTS.items()}
+    with _LOCK:
+        return {identity: dict(verbs) for identity, verbs in COUNTS.items()}
 

@@ -80,7 +80,7 @@ class TLSSession:
                 self.peer_closed = True
                 break
             except ssl.SSLError as exc:
-                raise TLSError(_reason(exc)) from None
+                raise TLSError(ssl_reason(exc)) from None
             if not chunk:
                 self.peer_closed = True
                 break
@@ -93,7 +93,7 @@ class TLSSession:
         except ssl.SSLWantReadError:
             return False
         except ssl.SSLError as exc:
-            raise TLSError(_reason(exc)) from None
+            raise TLSError(ssl_reason(exc)) from None
         self.handshake_done = True
         return True
 
@@ -102,7 +102,7 @@ class TLSSession:
         try:
             self._tls.write(data)
         except ssl.SSLError as exc:
-            raise TLSError(_reason(exc)) from None
+            raise TLSError(ssl_reason(exc)) from None
         return self._outgoing.read()
 
     def close_notify(self) -> bytes:
@@ -143,7 +143,7 @@ def certificate_names(cert: Any) -> Tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def _reason(exc: ssl.SSLError) -> str:
+def ssl_reason(exc: ssl.SSLError) -> str:
     """An SSL error as a short line ("certificate verify failed", "wrong version number")."""
     reason = getattr(exc, "verify_message", None) or exc.reason or str(exc)
     return " ".join(str(reason).replace("_", " ").lower().split())
