@@ -15,6 +15,7 @@ certificate names the access file's identity, and refuse a queue outside
 that identity's patterns in the identity's name."""
 from __future__ import annotations
 
+import http.client
 import re
 import threading
 import time
@@ -25,7 +26,7 @@ from typing import Callable, Iterator, List
 import pytest
 
 from stunnel_sidecar import StunnelClient
-from tests.serverproc import ServerProcess, http_get, wait_for
+from tests.serverproc import ServerProcess, wait_for
 from tests.test_tls_server import PKI
 from tests.tls_certs import Issued
 from tests.wire import Wire, add, new_id
@@ -38,10 +39,28 @@ produce = ["ping*"]
 consume = ["ping*"]
 inspect = ["ping*"]
 admin = ["ping*"]
+
+[identities.scraper]                 # the test's own /metrics scrape, from 127.0.0.2
+networks = ["127.0.0.2/32"]
+inspect = ["*"]
 """
 #: The Go client's optional flags, as the suite sets them (priority 10, 3 attempts, 1 fail).
 FLAGS = "-priority=10 -max-attempts=3 -max-fails=1"
 HANDSHAKE = re.compile(r"connection \d+: TLSv1\.[23] handshake done, names (.*)$")
+
+
+def scrape(server: ServerProcess) -> str:
+    """``/metrics`` as the scraper identity (from 127.0.0.2): with an access
+    file, the HTTP port serves only identities that may inspect every queue."""
+    connection = http.client.HTTPConnection(server.host, server.ports["metrics"], timeout=15,
+                                            source_address=("127.0.0.2", 0))
+    try:
+        connection.request("GET", "/metrics")
+        answer = connection.getresponse()
+        assert answer.status == 200, answer.status
+        return answer.read().decode()
+    finally:
+        connection.close()
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +181,7 @@ def test_the_original_suite_through_stunnel_as_its_certificates_identity(
 
     def refusals() -> List[str]:
         return re.findall(r'queueserver_access_refusals_total\{[^}]*identity="billing"[^}]*\} [0-9.e+]+',
-                          http_get(server, "/metrics").decode())
+                          scrape(server))
     wait_for(lambda: any('verb="produce"' in line and float(line.rsplit(" ", 1)[1]) == 1 for line in refusals()),
              timeout=10, what=lambda: str(refusals()))
 

@@ -323,18 +323,25 @@ class ClientConnection(Generic[Pending, Owned]):
         message = self.server.admit(self)
         if message is None:
             return True
+        self._refuse(message)
+        return False
+
+    def _refuse(self, message: str) -> None:
+        """Answer the client with its protocol's refusal (encrypted on a TLS
+        connection), then close, reading off what it still sends."""
         data = self.codec.refusal(message)
         if self.tls is not None:
             data = self.tls.encrypt(data)
         self.writer.write(data)
         self._written += len(data)
         self._close_after_reply()
-        return False
 
     # ---------------------------------------------------------------- TLS
     def _first_readable(self) -> None:
         """A plain port's first bytes: a TLS client's hello is not taken for
-        requests (it is refused and closed); anything else is served."""
+        requests: it gets the protocol's refusal in plain text (what a client
+        that sent such bytes by mistake can read) and is closed; anything
+        else is served."""
         self._reader = self._readable
         self._watcher.stop()
         self._watcher.start(self._readable)
@@ -344,9 +351,9 @@ class ClientConnection(Generic[Pending, Owned]):
             first = b""
         if first and looks_like_tls(first):
             refusals.note("tls-on-plain", f"a TLS client on a plain port: {self.protocol} connection from "
-                                          f"{_address(self.peer)} closed (its port speaks TLS elsewhere, "
+                                          f"{_address(self.peer)} refused (its port speaks TLS elsewhere, "
                                           f"if at all)")
-            self._lost()
+            self._refuse("this port speaks plain TCP, not TLS")
             return
         self._readable()
 
@@ -407,12 +414,9 @@ class ClientConnection(Generic[Pending, Owned]):
         """Plain text on a TLS port: the protocol's refusal, in plain text, then close."""
         refusals.note("plain-on-tls", f"a plain-text client on a TLS port: {self.protocol} connection from "
                                       f"{_address(self.peer)} refused")
-        data = self.codec.refusal("this port speaks TLS")
-        self.writer.write(data)
-        self._written += len(data)
         self.tls = None   # nothing more is encrypted, nor decrypted
         self._reader = self._readable
-        self._close_after_reply()
+        self._refuse("this port speaks TLS")
 
     def _tls_failed(self, handshaking: bool, reason: str) -> None:
         """The client's TLS failed: its alert (if any) goes out, the connection closes."""
