@@ -24,6 +24,7 @@ from typing import List, Optional
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench  # noqa: E402
+from queueserver import BUILD  # noqa: E402
 
 
 def _user_system(pid: int) -> tuple:
@@ -48,6 +49,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     opts = bench.parse_args(["--duration", str(args.duration)])
     py_spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    print(f"# {BUILD}")   # the servers run the same tree: compiled or not, as this process
     print(f"{'shards':>6} {'tls':>4} {'cycles/s':>9} {'router µs':>10} {'shards µs':>10} {'server µs':>10} "
           f"{'kernel':>7}")
     for run in range(args.repeat):
