@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -177,25 +177,31 @@ class OurServer(peers.ServerUnderTest):
     protocol = "workq"
 
     def __init__(self, shards: int, durable: bool = False, parent: Optional[str] = None,
-                 history: bool = True, tls: bool = False) -> None:
+                 history: bool = True, tls: bool = False, beside_plain: bool = False,
+                 client_ca: bool = False, extra: Sequence[str] = ()) -> None:
         super().__init__(parent)
         self.shards = shards
         self.durable = durable
         self.tls = tls
         self.label = _our_label(shards, durable, history) + (" over TLS" if tls else "")
         self.data_dir = os.path.join(self.tmp, "data") if durable else None
-        tls_flags = _tls_flags(self.tmp) if tls else []   # workq's port over TLS, a self-signed certificate
+        # workq's port over TLS (beside its plain one), a self-signed certificate (which clients present too)
+        self.certificate: Optional[Tuple[str, str]] = None
+        flags = list(extra)
+        if tls:
+            self.certificate, tls_flags = _tls_flags(self.tmp, beside_plain, client_ca)
+            flags += tls_flags
         if durable:
-            extra = ["--data-dir", str(self.data_dir), "--fsync", "always"]
+            durable_flags = ["--data-dir", str(self.data_dir), "--fsync", "always"]
             if not history:   # the job history is on wherever there is a data directory
                 config = os.path.join(self.tmp, "no-history.toml")
                 with open(config, "w") as f:
                     f.write("[history]\nenabled = false\n")
-                extra = ["--config", config] + extra
-            self.server = ServerProcess(shards=shards, protocols=["workq"], extra=extra + tls_flags,
+                durable_flags = ["--config", config] + durable_flags
+            self.server = ServerProcess(shards=shards, protocols=["workq"], extra=durable_flags + flags,
                                         startup_timeout=DURABLE_START_TIMEOUT)
         else:
-            self.server = ServerProcess(shards=shards, protocols=["workq"], extra=tls_flags)
+            self.server = ServerProcess(shards=shards, protocols=["workq"], extra=flags)
         self._pids: Dict[str, int] = {}
         self.ready_s = 0.0     # the latest start: from spawning it until ports.json appeared
 
@@ -403,18 +409,25 @@ def load_spec(server: peers.ServerUnderTest, opts: argparse.Namespace, workload:
     return LoadSpec(protocol=server.protocol, port=server.port, workload=workload,
                     connections=opts.connections, procs=opts.loadgen_procs, warmup=opts.warmup,
                     duration=opts.duration, batch=opts.batch, queues=opts.queues,
-                    payload=opts.payload, tls=getattr(server, "tls", False))
+                    payload=opts.payload, tls=getattr(server, "tls", False),
+                    tls_certificate=getattr(server, "certificate", None))
 
 
-def _tls_flags(directory: str) -> List[str]:
-    """``serve`` flags for workq over TLS only, with a self-signed
-    certificate and key made in ``directory`` (``openssl``)."""
+def _tls_flags(directory: str, beside_plain: bool = False,
+               client_ca: bool = False) -> Tuple[Tuple[str, str], List[str]]:
+    """A self-signed certificate and key made in ``directory`` (``openssl``),
+    and the ``serve`` flags for workq over TLS with them: only TLS, or a TLS
+    port beside the plain one; with ``client_ca``, clients must present a
+    certificate, and the same self-signed one is the CA that vouches for it
+    (what a client certificate costs, without a PKI)."""
     cert, key = os.path.join(directory, "server.pem"), os.path.join(directory, "server.key")
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
                     "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=localhost"],
                    check=True, capture_output=True)
     os.chmod(key, 0o600)
-    return ["--tls-certificate", cert, "--tls-key", key, "--workq-tls", "true"]
+    flags = ["--tls-certificate", cert, "--tls-key", key]
+    flags += ["--workq-tls", "both", "--workq-tls-port", "0"] if beside_plain else ["--workq-tls", "true"]
+    return (cert, key), flags + (["--tls-client-ca", cert] if client_ca else [])
 
 
 def _result_dict(result: LoadResult) -> Dict[str, Any]:

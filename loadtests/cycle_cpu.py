@@ -10,6 +10,7 @@ while the load runs, as collapsed stacks (one text file per shard).
     .venv/bin/python loadtests/cycle_cpu.py --shards 1 2 --repeat 3 --duration 5
     .venv/bin/python loadtests/cycle_cpu.py --shards 1 --durable [--no-history]
     .venv/bin/python loadtests/cycle_cpu.py --shards 1 2 --tls   # plain and TLS, side by side
+    .venv/bin/python loadtests/cycle_cpu.py --shards 1 2 --tls --forwarded   # both through the router
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from typing import List, Optional
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench  # noqa: E402
+from queueserver import BUILD  # noqa: E402
 
 
 def _user_system(pid: int) -> tuple:
@@ -45,14 +47,19 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="a durable server without its job history (what the history costs)")
     parser.add_argument("--tls", action="store_true",
                         help="each shard count plain, then with workq's port over TLS (what TLS costs)")
+    parser.add_argument("--forwarded", action="store_true",
+                        help="serve with --no-direct-path: plain connections stay in the router, as TLS ones "
+                             "always do (the hop's cost apart from the encryption's)")
     args = parser.parse_args(argv)
     opts = bench.parse_args(["--duration", str(args.duration)])
     py_spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    print(f"# {BUILD}")   # the servers run the same tree: compiled or not, as this process
     print(f"{'shards':>6} {'tls':>4} {'cycles/s':>9} {'router µs':>10} {'shards µs':>10} {'server µs':>10} "
           f"{'kernel':>7}")
     for run in range(args.repeat):
         for shards, tls in [(shards, tls) for shards in args.shards for tls in ([False, True] if args.tls else [False])]:
-            with bench.OurServer(shards, durable=args.durable, history=not args.no_history, tls=tls) as server:
+            with bench.OurServer(shards, durable=args.durable, history=not args.no_history, tls=tls,
+                                 extra=["--no-direct-path"] if args.forwarded else []) as server:
                 spies = []
                 if args.profile:
                     os.makedirs(args.profile, exist_ok=True)

@@ -45,7 +45,7 @@ import sys
 import time
 from array import array
 from dataclasses import asdict, dataclass, field
-from typing import Dict, FrozenSet, List, Optional, Sequence
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import xxhash
 
@@ -278,6 +278,8 @@ class LoadSpec:
     id_slots: Optional[FrozenSet[int]] = None
     #: speak TLS to the port (the server's certificate is not checked: a bench)
     tls: bool = False
+    #: (certificate, key) presented to a server that asks for a client certificate
+    tls_certificate: Optional[Tuple[str, str]] = None
 
     def queue_names(self) -> List[bytes]:
         """Redis's queues rotate over ``queues`` names; workq's and beanstalkd's
@@ -359,18 +361,23 @@ class Conn:
         self.done = False
 
 
-def _tls_context() -> ssl.SSLContext:
+def tls_context(certificate: Optional[Tuple[str, str]] = None) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
+    if certificate is not None:
+        context.load_cert_chain(*certificate)
     return context
 
 
-def connect(spec: LoadSpec, timeout: float) -> socket.socket:
-    """A connection to the spec's port (TLS, handshake done, with ``spec.tls``)."""
+def connect(spec: LoadSpec, timeout: float, context: Optional[ssl.SSLContext] = None) -> socket.socket:
+    """A connection to the spec's port (TLS, handshake done, with ``spec.tls``;
+    ``context``: one made once for many connections)."""
     sock = socket.create_connection((HOST, spec.port), timeout=timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return _tls_context().wrap_socket(sock) if spec.tls else sock
+    if not spec.tls:
+        return sock
+    return (context or tls_context(spec.tls_certificate)).wrap_socket(sock)
 
 
 def _connect(spec: LoadSpec, proto: Protocol, indices: Sequence[int]) -> List[Conn]:

@@ -298,6 +298,50 @@ def test_a_lease_answered_over_tls_to_a_client_that_resets_unread_comes_back(ser
     plain.close()
 
 
+def test_many_small_leases_to_a_client_that_resets_come_back_by_their_wire_bytes(server: ServerProcess,
+                                                                                 pki: PKI) -> None:
+    """Each small answer is its own TLS record, about twice its plaintext:
+    only the leases whose records the client's kernel took (and so
+    acknowledged) stay leased when it resets; the rest come back. Offsets
+    counted in plaintext (or without the handshake) would call some
+    unreceived answers acknowledged, and those jobs would be lost to their
+    leases."""
+    q, count = qname(), 400
+    plain = Wire(server.connect("workq"))
+    ids = [new_id() for _ in range(count)]
+    plain.send(b"".join(add(id, q, b"p") for id in ids))
+    assert [plain.reply() for _ in ids] == [b"+OK\r\n"] * count
+    raw = socket.socket()
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)   # holds a fraction of the answers
+    raw.connect((server.host, server.ports["workq_tls"]))
+    raw.settimeout(10)
+    session = TLSSession(pki.context(pki.alice), server_side=False, server_hostname="localhost")
+    session.start()
+    while not session.handshake_done:   # byte by byte through a sans-I/O client: every wire byte is ours to count
+        raw.sendall(session.outgoing())
+        session.receive(raw.recv(65536))
+    raw.sendall(session.outgoing() + session.encrypt(f"lease {q} 5000\r\n".encode() * count))
+    held, steady = -1, 0
+    while steady < 5:   # the server writes until the client's window closes
+        time.sleep(0.1)
+        now = len(raw.recv(1 << 20, socket.MSG_PEEK))
+        held, steady = now, steady + 1 if now == held else 0
+    got = session.receive(raw.recv(1 << 20, socket.MSG_PEEK))   # what the client's kernel took
+    received = re.findall(rb"\+OK 1\r\n(\S+) \S+ 1\r\np\r\n", got)
+    assert 0 < len(received) < count // 2, "the client's buffer should hold a fraction of the answers"
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    raw.close()   # a reset, unread
+    leased = {id.decode() for id in received}
+
+    def states() -> List[bool]:
+        return [inspect_field(plain, id, "state") != b"0" for id in ids]
+    wait_for(lambda: sum(states()) <= len(leased), 10,
+             lambda: f"the unreceived leases to come back: {sum(states())} leased, {len(leased)} received")
+    time.sleep(0.3)
+    assert {id for id, out in zip(ids, states()) if out} == leased
+    plain.close()
+
+
 # ------------------------------------------------------------ settings
 def test_tls_settings_are_checked_in_one_line(tmp_path: Path, pki: PKI) -> None:
     err = one_line_error(run_cli("serve", "--workq-tls", "true", "--runtime-dir", str(tmp_path / "a")))
