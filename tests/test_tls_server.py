@@ -255,6 +255,27 @@ def test_a_tls_hello_on_a_plain_port_is_refused_not_parsed(server: ServerProcess
              "the line")
 
 
+def test_a_tls_port_at_max_connections_closes_new_clients_without_plain_text(pki: PKI) -> None:
+    """No readable refusal can reach a TLS client before a handshake, and an
+    overloaded server spends no handshake on it: it is closed, and the plain
+    refusal that would read as a broken TLS record is not sent."""
+    with ServerProcess(shards=1, extra=[*pki.flags("workq", mode="true"), "--max-connections", "1"]) as proc:
+        with tls_connect(proc, pki, "workq") as held:
+            assert Wire(held).call(b"inspect queue nothing\r\n") == b"-NOT-FOUND\r\n"   # the one slot
+            raw = socket.create_connection((proc.host, proc.ports["workq_tls"]), timeout=10)
+            try:
+                raw.sendall(b"\x16\x03\x01\x00\x05hello")   # the start of a hello
+                try:
+                    assert raw.recv(100) == b""   # closed with nothing written
+                except ConnectionResetError:
+                    pass
+            finally:
+                raw.close()
+            wait_for(lambda: log_lines(proc, "clients connected \\(max_connections\\): refusing new workq"),
+                     10, "the line")
+            assert Wire(held).call(b"inspect queue nothing\r\n") == b"-NOT-FOUND\r\n"   # still served
+
+
 def test_a_slow_handshake_is_closed_by_the_timeout(server: ServerProcess, pki: PKI) -> None:
     with socket.create_connection((server.host, server.ports["workq_tls"]), timeout=10) as sock:
         sock.sendall(b"\x16\x03\x01")   # the start of a hello, and no more

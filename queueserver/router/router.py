@@ -227,12 +227,12 @@ class Router:
                     return  # another router took it, or none is left
                 except OSError as err:
                     if err.errno in _NO_DESCRIPTORS:
-                        self._out_of_descriptors(protocol, codec_class, raw, watcher, accept, err)
+                        self._out_of_descriptors(protocol, codec_class, tls, raw, watcher, accept, err)
                     else:
                         self._note_refusal(f"accept on {protocol} failed: {err}")
                     return
                 if self.clients >= self.max_connections:
-                    self._refuse(conn, codec_class, "Too many connections")
+                    self._refuse(conn, codec_class, "Too many connections", tls)
                     self._note_refusal(f"{self.max_connections} clients connected (max_connections): "
                                        f"refusing new {protocol} connections")
                     continue
@@ -258,20 +258,24 @@ class Router:
 
     # ------------------------------------------------------------ refusing
     @staticmethod
-    def _refuse(conn: stdsocket.socket, codec_class: Type[StreamCodec], message: str) -> None:
-        """Answer a connection we will not serve with its protocol's error, then close it."""
-        try:
-            conn.setblocking(False)
-            conn.send(codec_class.refusal(message))
-        except OSError:
-            pass
+    def _refuse(conn: stdsocket.socket, codec_class: Type[StreamCodec], message: str, tls: bool) -> None:
+        """Answer a connection we will not serve with its protocol's error,
+        then close it; on a TLS port only close it (its client expects a
+        handshake, which an overloaded server does not spend CPU on, and
+        would take plain text for a broken one)."""
+        if not tls:
+            try:
+                conn.setblocking(False)
+                conn.send(codec_class.refusal(message))
+            except OSError:
+                pass
         conn.close()
 
     def _note_refusal(self, message: str) -> None:
         """Log a refusal at most once per interval, with how many there were."""
         self._refusals.note("accept", message)
 
-    def _out_of_descriptors(self, protocol: str, codec_class: Type[StreamCodec], raw: stdsocket.socket,
+    def _out_of_descriptors(self, protocol: str, codec_class: Type[StreamCodec], tls: bool, raw: stdsocket.socket,
                             watcher: "_IoWatcher", accept: Callable[[], None], err: OSError) -> None:
         """No descriptor for a new connection: refuse the waiting ones with
         the spare descriptor; if even that fails, rest the accept loop."""
@@ -287,7 +291,7 @@ class Router:
             except OSError:
                 pass   # none was waiting after all (accept checks descriptors first)
             else:
-                self._refuse(conn, codec_class, "Out of file descriptors")
+                self._refuse(conn, codec_class, "Out of file descriptors", tls)
                 refused = True
             self._spare = _spare_descriptor()
             if self._spare is not None:
