@@ -116,7 +116,7 @@ class Nodes:
         want = sum(self.shards[name] for name in running)
 
         def linked(name: str) -> bool:
-            routers = self.status(name)["routers"]
+            routers = self.node_status(name)["routers"]
             # a router knows of the shards in its copy of the file (a node added
             # since is learnt from the first move to it)
             return all(r.get("shard_links_up", 0) >= min(want, r.get("shard_links", 0)) for r in routers)
@@ -124,7 +124,7 @@ class Nodes:
         for name in running:
             wait_for(lambda: linked(name), timeout, f"node {name}'s routers to link to {want} shards")
 
-    def status(self, name: str) -> Dict:
+    def node_status(self, name: str) -> Dict:
         """Node ``name``'s ``/status`` (over plain HTTP: a test of HTTPS ports says how it asks)."""
         return json.loads(http_get(self.procs[name], "/status"))
 

@@ -67,7 +67,7 @@ class HTTPSNodes(Nodes):
         finally:
             conn.close()
 
-    def status(self, name: str) -> Dict:
+    def node_status(self, name: str) -> Dict:
         status, body = self.get(name, "/status")
         assert status == 200, body
         return json.loads(body)
