@@ -69,6 +69,8 @@ class Nodes:
         self.procs: Dict[str, ServerProcess] = {}
         #: node -> what runs in its server's process before it starts (e.g. setting a fault's variable)
         self.preexec: Dict[str, Callable[[], None]] = {}
+        #: node -> arguments of its own, after ``extra`` (its certificate, say)
+        self.node_extra: Dict[str, List[str]] = {}
         self.host = {name: HOSTS[i] for i, name in enumerate(self.names)}
         lines = ['secret_file = "cluster.secret"']
         if tls:
@@ -99,7 +101,8 @@ class Nodes:
                     shards=self.shards[name], protocols=self.protocols, host=self.listening(name),
                     preexec=self.preexec.get(name),
                     extra=["--cluster", str(self.file), "--node", name,
-                           "--data-dir", str(self.root / f"data-{name}"), *self.extra])
+                           "--data-dir", str(self.root / f"data-{name}"), *self.extra,
+                           *self.node_extra.get(name, [])])
             proc.start()
         if linked:
             self.wait_linked()
@@ -113,13 +116,17 @@ class Nodes:
         want = sum(self.shards[name] for name in running)
 
         def linked(name: str) -> bool:
-            routers = json.loads(http_get(self.procs[name], "/status"))["routers"]
+            routers = self.node_status(name)["routers"]
             # a router knows of the shards in its copy of the file (a node added
             # since is learnt from the first move to it)
             return all(r.get("shard_links_up", 0) >= min(want, r.get("shard_links", 0)) for r in routers)
 
         for name in running:
             wait_for(lambda: linked(name), timeout, f"node {name}'s routers to link to {want} shards")
+
+    def node_status(self, name: str) -> Dict:
+        """Node ``name``'s ``/status`` (over plain HTTP: a test of HTTPS ports says how it asks)."""
+        return json.loads(http_get(self.procs[name], "/status"))
 
     def kill(self, name: str) -> None:
         """SIGKILL every process of node ``name`` (its data stays)."""

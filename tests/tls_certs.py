@@ -50,17 +50,20 @@ class CA:
         self.config = self.dir / "ca.cnf"
         self.config.write_text(_CA_CONFIG.format(dir=self.dir))
 
-    def issue(self, name: str, server: bool = False, sans: str = "", days: int = 30) -> "Issued":
+    def issue(self, name: str, server: bool = False, sans: str = "", days: int = 30,
+              client_too: bool = False) -> "Issued":
         """A key and a certificate for ``name`` (CN) signed by this CA: for a
-        server (SAN 127.0.0.1 and localhost) or a client (``sans`` added, as
-        ``DNS:x,email:y``)."""
+        server (SAN ``sans``, by default 127.0.0.1 and localhost; with
+        ``client_too``, one it may present as a client as well, as a cluster
+        node asks the others) or a client (``sans`` added, as ``DNS:x,email:y``)."""
         key, csr, cert = (self.dir / f"{name}.{ext}" for ext in ("key", "csr", "pem"))
         _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
                  "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={name}")
         os.chmod(key, 0o600)
         ext = self.dir / f"{name}.ext"
         if server:
-            ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
+            usage = "serverAuth,clientAuth" if client_too else "serverAuth"
+            ext.write_text(f"subjectAltName={sans or 'IP:127.0.0.1,DNS:localhost'}\nextendedKeyUsage={usage}\n")
         else:
             ext.write_text("extendedKeyUsage=clientAuth\n" + (f"subjectAltName={sans}\n" if sans else ""))
         _openssl("x509", "-req", "-in", str(csr), "-CA", str(self.cert), "-CAkey", str(self.key),

@@ -39,3 +39,7 @@ class Unavailable(ConsoleError):
     """A shard or node that holds the answer did not answer in time."""
 
     status = 503
+
+
+#: The error an answer's status stands for (a shard's or another node's); any other status is Unavailable.
+BY_STATUS = {error.status: error for error in (BadRequest, Forbidden, NotFound, Unavailable)}

@@ -29,7 +29,8 @@ half-open client holds its thread only, and is closed when the timeout
 passes. A plain HTTP request is answered, in plain HTTP, with a 400 saying
 the port speaks HTTPS; a failed handshake is closed. Each is one log line,
 a burst per kind and interval at most (:class:`~queueserver.net.refusals.RefusalLog`).
-SIGHUP makes a new context for new connections (:meth:`NodeMetrics.reload`).
+SIGHUP makes a new context for new connections (:meth:`NodeMetrics.reload`), and
+the console's for asking the other nodes (:mod:`.peers`).
 
 **Identities.** With an access file (:meth:`NodeMetrics.use_access`), a
 connection is resolved to an identity when its thread starts (its
@@ -41,7 +42,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 import ssl
 import sys
@@ -62,6 +62,7 @@ from ..net.tls import (TLSConfigError, TLSFiles, TLSServing, certificate_names, 
                        ssl_reason)
 from .access import EVERY_QUEUE, UNKNOWN_CLIENT, HTTPAccess, Refused, require
 from .app import ConsoleApp, Response
+from .peers import https_files
 from .source import ConsoleSource
 
 log = logging.getLogger("queueserver.metrics")
@@ -357,6 +358,8 @@ class NodeMetrics:
             else:
                 log.info("HTTP port: new HTTPS connections use the certificate %s read again",
                          self.tls_files.certificate)
+            if self.source is not None:
+                self.source.peers.reload()   # the client certificate this node asks the others with
         if self.access is not None:
             try:
                 self.access.reload()
@@ -414,11 +417,9 @@ def node_metrics(config: Config, runtime_file: Callable[[str], str]) -> NodeMetr
     routers = {i: runtime_file(f"router-{i}.ctl") for i in range(config.routers)}
     node = NodeMetrics(config.metrics_bind, metrics.port, config.node, shards, routers)
     node.beyond_loopback = config.metrics_beyond_loopback()
-    if config.metrics_tls():
-        assert config.tls_certificate is not None and config.tls_key is not None   # Config.check_tls
-        node.use_tls(TLSFiles(os.path.abspath(config.tls_certificate), os.path.abspath(config.tls_key),
-                              os.path.abspath(config.tls_client_ca) if config.tls_client_ca else None),
-                     config.tls_handshake_timeout)
+    files = https_files(config)
+    if files is not None:
+        node.use_tls(files, config.tls_handshake_timeout)
     access = config.access_file()
     if access is not None:
         node.use_access(access)

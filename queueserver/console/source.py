@@ -14,9 +14,10 @@ Scope: :meth:`ConsoleSource.queues`, :meth:`~ConsoleSource.jobs`,
 (in a cluster, each node's console shows its own queues; the cluster page
 links to the others). :meth:`~ConsoleSource.job` and
 :meth:`~ConsoleSource.search` find a job anywhere in the cluster: this
-node's shards first, then every other node's console over HTTP::
+node's shards first, then every other node's console over HTTP (HTTPS
+with this node's certificate when its HTTP port speaks HTTPS: :mod:`.peers`)::
 
-    GET http://<node host>:<metrics_port>/api/job?id=<ident>&scope=node
+    GET http(s)://<node host>:<metrics_port>/api/job?id=<ident>&scope=node
 
 which the app answers with ``job(ident, cluster_wide=False)`` as JSON (the
 :class:`~.model.JobDetail`) with status 200, or ``{"error": ...}`` with the
@@ -57,21 +58,20 @@ import os
 import re
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import msgpack
 
-from ..config import DEFAULT_METRICS_PORT, Config
+from ..config import Config
 from ..engine.browse import MAX_OFFSET
 from ..metrics.control import ask
 from .series import Series
 from ..metrics.uses import merge
-from .errors import BadRequest, ConsoleError, Forbidden, NotFound, Unavailable
+from .peers import NODE_TIMEOUT, PeerConsoles, https_files
+from .errors import BY_STATUS, BadRequest, ConsoleError, NotFound, Unavailable
 from .model import (LISTS, MAX_LISTED, MAX_PER_PAGE, ActionResult, ClusterView, ConnectionRow, Filters,
                     JobDetail, JobPage, JobRow, Lease, LeaseRow, LinkView, NodeInfo, ProcessCount, QueueRow,
                     RatePoint, SearchResult, ShardView, WorkersView)
@@ -84,8 +84,6 @@ READ_TIMEOUT = 5.0
 ACTION_TIMEOUT = 30.0
 #: Seconds a purge waits (it deletes in batches, one per loop turn).
 PURGE_TIMEOUT = 600.0
-#: Seconds another node's console is given to answer.
-NODE_TIMEOUT = 2.0
 #: Seconds between samples of the counters (the finest resolution of :mod:`.series`).
 SAMPLE_SECONDS = 5.0
 #: Seconds a chart shows unless asked for another range.
@@ -100,8 +98,6 @@ MAX_HISTORY_LINES = 200
 NUMBER = re.compile(r"\A[0-9]{1,18}\Z")
 UUID = re.compile(r"\A[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z")
 
-_ERRORS: Dict[int, Callable[[str], ConsoleError]] = {400: BadRequest, 403: Forbidden, 404: NotFound,
-                                                     503: Unavailable}
 _ATTEMPTS_CAP = 255   # what max-attempts 0 means (queueserver.engine.job.ATTEMPTS_CAP)
 
 
@@ -284,6 +280,8 @@ class ConsoleSource:
                                         thread_name_prefix="console-ask")
         self._tokens: Tuple[Optional[Tuple[int, int, int]], Dict[str, str]] = (None, {})
         self._token_warned: Optional[str] = None
+        #: how the other nodes' consoles are asked (HTTPS when this node's HTTP port speaks it)
+        self.peers = PeerConsoles(https_files(config))
 
     # ------------------------------------------------------------ life cycle
     def start(self) -> None:
@@ -358,7 +356,7 @@ class ConsoleSource:
             raise Unavailable(f"shard {shard} did not answer ({type(err).__name__}: {err})") from None
         if "error" in answer:
             status = answer.get("status", 500)
-            raise _ERRORS.get(status, Unavailable)(str(answer["error"]))
+            raise BY_STATUS.get(status, Unavailable)(str(answer["error"]))
         return answer
 
     def _ask_all(self, request: Sequence[Any], timeout: float = READ_TIMEOUT) -> Dict[int, Optional[Dict[str, Any]]]:
@@ -378,7 +376,7 @@ class ConsoleSource:
         """Every shard failed: the first shard error that is not a 404, or Unavailable."""
         for answer in answers.values():
             if answer is not None and answer.get("status") not in (None, 404):
-                raise _ERRORS.get(answer["status"], Unavailable)(str(answer["error"]))
+                raise BY_STATUS.get(answer["status"], Unavailable)(str(answer["error"]))
         missing = [str(s) for s, a in answers.items() if a is None]
         if missing:
             raise Unavailable(f"{what}: shard {', '.join(missing)} did not answer")
@@ -606,7 +604,7 @@ class ConsoleSource:
         silent: List[str] = []
         if cluster_wide:
             query = urllib.parse.urlencode({"id": str(key), "scope": "node"})
-            asked = [(name, self._pool.submit(self._get_json, f"{url}api/job?{query}"))
+            asked = [(name, self._pool.submit(self.peers.get_json, name, f"{url}api/job?{query}"))
                      for name, url in self._other_consoles()]
             for name, future in asked:   # all at once: one node that does not answer costs NODE_TIMEOUT
                 try:
@@ -660,28 +658,8 @@ class ConsoleSource:
         spec = self._cluster_spec()
         if spec is None:
             return []
-        return [(node.name, self._url(node.host, node.metrics_port)) for node in spec.nodes
+        return [(node.name, self.peers.url(node.host, node.metrics_port)) for node in spec.nodes
                 if node.name != self.node and not node.removed]
-
-    @staticmethod
-    def _url(host: str, port: Optional[int]) -> str:
-        host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{port or DEFAULT_METRICS_PORT}/"
-
-    @staticmethod
-    def _get_json(url: str, timeout: float = NODE_TIMEOUT) -> Any:
-        """Another node's JSON answer; its error status as the ConsoleError, Unavailable if none."""
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as answer:
-                return json.loads(answer.read())
-        except urllib.error.HTTPError as err:
-            try:
-                message = json.loads(err.read()).get("error", str(err))
-            except (ValueError, AttributeError, OSError):
-                message = str(err)
-            raise _ERRORS.get(err.code, Unavailable)(str(message)) from None
-        except (OSError, ValueError) as err:
-            raise Unavailable(f"{url}: {err}") from None
 
     def cluster(self) -> ClusterView:
         answers = self._ask_all(["console", "shard"])
@@ -718,12 +696,13 @@ class ConsoleSource:
         if spec is None:
             return {"clustered": False, "nodes": [me], "moves": moves, "links": links}
         nodes: List[NodeInfo] = []
-        others = {node.name: self._pool.submit(self._get_json, self._url(node.host, node.metrics_port) + "status")
+        others = {node.name: self._pool.submit(self.peers.get_json, node.name,
+                                               self.peers.url(node.host, node.metrics_port) + "status")
                   for node in spec.nodes if not node.removed and node.name != self.node}
         for node in spec.nodes:
             if node.removed:
                 continue
-            url = self._url(node.host, node.metrics_port)
+            url = self.peers.url(node.host, node.metrics_port)
             if node.name == self.node:
                 me["host"], me["console"] = node.host, url
                 nodes.append(me)

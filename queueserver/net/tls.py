@@ -168,14 +168,37 @@ def server_context(files: TLSFiles) -> ssl.SSLContext:
     key = _read(read_private, files.key, "TLS key")
     _load_chain(context, certificate, key, files)
     if files.client_ca is not None:
-        ca = _read(read_regular, files.client_ca, "TLS client CA file")
-        try:
-            context.load_verify_locations(cadata=ca.decode("ascii"))
-        except (ssl.SSLError, UnicodeDecodeError, ValueError) as exc:
-            raise TLSConfigError(f"TLS client CA file {files.client_ca} holds no usable PEM certificate "
-                                 f"({_one_line(exc)})") from None
+        _load_ca(context, files.client_ca)
         context.verify_mode = ssl.CERT_REQUIRED
     return context
+
+
+def client_context(files: TLSFiles) -> ssl.SSLContext:
+    """A context for asking another node of the cluster as a client: it
+    presents ``files``' certificate (the node's own, so the other node knows
+    who asks) and checks the other node's certificate, and its host name,
+    against the client CA file, the CA that signs the cluster's
+    certificates (none named: the system's trusted CAs). TLS 1.2 at least."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)   # CERT_REQUIRED and check_hostname
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.options |= ssl.OP_NO_COMPRESSION
+    certificate = _read(read_regular, files.certificate, "TLS certificate")
+    key = _read(read_private, files.key, "TLS key")
+    _load_chain(context, certificate, key, files)
+    if files.client_ca is not None:
+        _load_ca(context, files.client_ca)
+    else:
+        context.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    return context
+
+
+def _load_ca(context: ssl.SSLContext, path: str) -> None:
+    ca = _read(read_regular, path, "TLS client CA file")
+    try:
+        context.load_verify_locations(cadata=ca.decode("ascii"))
+    except (ssl.SSLError, UnicodeDecodeError, ValueError) as exc:
+        raise TLSConfigError(f"TLS client CA file {path} holds no usable PEM certificate "
+                             f"({_one_line(exc)})") from None
 
 
 def _read(reader: Callable[[str, str, str], bytes], path: str, what: str) -> bytes:
