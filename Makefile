@@ -86,7 +86,7 @@ run: venv
 SERVER_TESTS := tests/test_workq_server.py tests/test_text_protocols_server.py \
                 tests/test_binary_protocols_server.py tests/test_protocol_limits_server.py \
                 tests/test_router_limits.py tests/test_fuzz_server.py tests/test_client.py \
-                tests/test_half_close.py
+                tests/test_half_close.py tests/test_tls_server.py
 
 # mypy --strict first (what mypyc compiles trusts the annotations); the
 # bench smoke test's peers (beanstalkd, redis-server: Debian packages
