@@ -146,3 +146,24 @@ def test_a_process_killed_holding_a_stripe_blocks_nobody(table):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_only_shard_claims_nothing_in_the_table(table):
+    """A server's only shard answers an add at once and writes nothing to
+    the host's table (its engine refuses an id it holds: two locks per add
+    would buy nothing); a shard beside others claims its new ids there."""
+    from queueserver.engine import Engine
+    from queueserver.shard.homes import Homes
+
+    def settle(*args):
+        raise AssertionError(f"no verdict is waited for: {args}")
+
+    id = "6ba7b810-9dad-11d1-80b4-00c04fd430c8"
+    alone = Homes(0, 1, Engine(shard=0, shards=1), None, table, settle)
+    reply = [0, [id, 1]]
+    assert alone.claim(id, (-1, 1), reply) is reply
+    assert table.counts()["entries"] == 0
+    alone.left([id])
+    beside = Homes(1, 2, Engine(shard=1, shards=2), None, table, settle)
+    assert beside.claim(id, (-1, 2), reply) is reply
+    assert table.owners(key_of(id)) == [1]

@@ -63,9 +63,13 @@ class Homes:
         self._settle = settle
         #: the registry of the job ids homed here
         self.home = IdHome(index, engine.jobs.__contains__, self._ask_peer)
-        #: on one host: the table of every job id its shards share (None: ids
-        #: are claimed at their homes by messages, as between hosts)
-        self.host_ids = host_ids if cluster is None else None
+        #: the server's only shard (one host, no cluster): its engine, which
+        #: refuses an id it holds, sees every job id there is; nothing to claim
+        self.alone = cluster is None and shards == 1
+        #: on one host of several shards: the table of every job id they share
+        #: (None: ids are claimed at their homes by messages, as between hosts;
+        #: or the only shard, which needs no table: a claim costs it two locks)
+        self.host_ids = host_ids if cluster is None and not self.alone else None
         #: the links to the other shards (None: not linked yet, or the only shard)
         self.peers: Optional[Peers] = None
         #: whether the id home waits (a while) for every other shard's job list before it answers
@@ -95,6 +99,8 @@ class Homes:
         job has it, hold the answer (``reply``; None for a ``run``, which
         waits anyway: None is returned) until the home grants the id; its
         verdict goes to ``settle``."""
+        if self.alone:
+            return reply   # its engine holds every job id there is, and refused a duplicate
         host_ids = self.host_ids
         if host_ids is not None:
             key = key_of(id)
