@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import operator
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple, Union
@@ -46,16 +47,17 @@ def _functions() -> Any:
 
 
 # ------------------------------------------------------------------ expressions
-class Expr:
+class Expr(ABC):
     """A column expression. Operators build new ones: ``+ - / %`` and comparisons
     (``==`` included: an Expr is never a dict key), ``&``, ``|`` and ``~``."""
 
+    @abstractmethod
     def py(self) -> Fn:
         """A function of one row (a dict) that computes the expression."""
-        raise NotImplementedError
 
+    @abstractmethod
     def spark(self) -> Any:   # -> pyspark.sql.Column
-        raise NotImplementedError
+        """The same expression as a Spark column."""
 
     def alias(self, name: str) -> "Named":
         return Named(name, self)
@@ -436,18 +438,19 @@ def day_of(inner: Expr, day_us: int) -> Expr:
 
 
 # ------------------------------------------------------------------ aggregates
-class Agg:
+class Agg(ABC):
     """An aggregate over a group's rows."""
 
     def alias(self, name: str) -> "NamedAgg":
         return NamedAgg(name, self)
 
+    @abstractmethod
     def spark(self) -> Any:
-        raise NotImplementedError
+        """The same aggregate as a Spark column."""
 
+    @abstractmethod
     def reducer(self) -> Callable[[List[Row]], Any]:
         """The Python function of a group's rows."""
-        raise NotImplementedError
 
 
 @dataclass(frozen=True, eq=False)

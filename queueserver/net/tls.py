@@ -109,8 +109,8 @@ class TLSSession:
         """Our close_notify alert, to send before closing (b"" if it cannot be made)."""
         try:
             self._tls.unwrap()
-        except ssl.SSLWantReadError:
-            pass   # the peer's own close_notify is not awaited
+        except ssl.SSLWantReadError:   # ours is made; the peer's own close_notify is not awaited
+            return self.outgoing()
         except (ssl.SSLError, ValueError):
             return b""
         return self.outgoing()
