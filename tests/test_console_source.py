@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Dict, List
 
 import pytest
 
@@ -15,6 +16,7 @@ from queueserver.config import Config
 from queueserver.console.errors import BadRequest, NotFound
 from queueserver.console.model import MAX_PER_PAGE
 from queueserver.console.source import ConsoleSource
+from queueserver.placement import SLOTS, slot_of
 
 from serverproc import ServerProcess, wait_for
 from test_text_protocols_server import TextWire, added_id
@@ -314,19 +316,29 @@ def test_a_job_is_found_on_another_node_of_a_cluster(tmp_path):
         src = ConsoleSource(config, lambda name: os.path.join(str(nodes.procs["a"].runtime_dir), name))
         try:
             w = Wire(socket_to(nodes.address("b")))
+            # Six queues in each node's half of the slots (a founded the first
+            # half, b the second), so both nodes' consoles are asked by chance-free names.
+            names = (f"spread-{i}" for i in range(10**6))
+            halves: Dict[str, List[str]] = {"a": [], "b": []}
+            while min(len(h) for h in halves.values()) < 6:
+                q = next(names)
+                half = halves["a" if slot_of(q) < SLOTS // 2 else "b"]
+                if len(half) < 6:
+                    half.append(q)
             placed = {}
-            for i in range(12):
-                id, q = new_id(), f"spread-{i}-{new_id()[:4]}"
-                assert w.call(add(id, q)) == b"+OK\r\n"
-                placed[id] = q
+            for node, queues in halves.items():
+                for q in queues:
+                    id = new_id()
+                    assert w.call(add(id, q)) == b"+OK\r\n"
+                    placed[id] = (q, node)
             w.close()
             seen = {}
-            for id, q in placed.items():
+            for id, (q, node) in placed.items():
                 detail = src.job(id)
                 assert detail["job"]["queue"] == q
-                seen[id] = detail["node"]
-            assert set(seen.values()) == {"a", "b"}, seen   # slots are shared between the nodes
-            on_b = next(id for id, node in seen.items() if node == "b")
+                seen[id] = (detail["node"], node)
+            assert all(found == home for found, home in seen.values()), seen
+            on_b = next(id for id, (node, _) in seen.items() if node == "b")
             number = src.job(on_b)["job"]["number"]
             assert src.job(str(number))["node"] == "b"
             with pytest.raises(NotFound) as err:
