@@ -178,12 +178,14 @@ class OurServer(peers.ServerUnderTest):
 
     def __init__(self, shards: int, durable: bool = False, parent: Optional[str] = None,
                  history: bool = True, tls: bool = False, beside_plain: bool = False,
-                 client_ca: bool = False, extra: Sequence[str] = ()) -> None:
+                 client_ca: bool = False, extra: Sequence[str] = (), plain: bool = False) -> None:
+        """``plain``: the server runs as plain Python (``QS_PURE_PYTHON=1``) even where it is compiled."""
         super().__init__(parent)
         self.shards = shards
         self.durable = durable
         self.tls = tls
-        self.label = _our_label(shards, durable, history) + (" over TLS" if tls else "")
+        self.label = (_our_label(shards, durable, history) + (" over TLS" if tls else "")
+                      + (", plain Python" if plain else ""))
         self.data_dir = os.path.join(self.tmp, "data") if durable else None
         # workq's port over TLS (beside its plain one), a self-signed certificate (which clients present too)
         self.certificate: Optional[Tuple[str, str]] = None
@@ -199,9 +201,10 @@ class OurServer(peers.ServerUnderTest):
                     f.write("[history]\nenabled = false\n")
                 durable_flags = ["--config", config] + durable_flags
             self.server = ServerProcess(shards=shards, protocols=["workq"], extra=durable_flags + flags,
-                                        startup_timeout=DURABLE_START_TIMEOUT)
+                                        startup_timeout=DURABLE_START_TIMEOUT, preexec=_pure if plain else None)
         else:
-            self.server = ServerProcess(shards=shards, protocols=["workq"], extra=flags)
+            self.server = ServerProcess(shards=shards, protocols=["workq"], extra=flags,
+                                        preexec=_pure if plain else None)
         self._pids: Dict[str, int] = {}
         self.ready_s = 0.0     # the latest start: from spawning it until ports.json appeared
 
@@ -232,6 +235,11 @@ class OurServer(peers.ServerUnderTest):
     def stop(self) -> None:
         self.server.stop(peers.STOP_TIMEOUT)
         super().stop()
+
+
+def _pure() -> None:
+    """In the server's process before it starts: run as plain Python (``queueserver/__init__.py``)."""
+    os.environ["QS_PURE_PYTHON"] = "1"
 
 
 # ---------------------------------------------------------------- measuring

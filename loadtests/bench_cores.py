@@ -45,6 +45,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections import Counter
@@ -61,6 +62,14 @@ CORES = bench.CORES
 DEFAULT_SHARDS = [1, 2, 4, 8]
 TARGET_CPU_RATIO = 1.25        # server CPU per cycle at 4 and 8 shards ÷ 1 shard's (issue 27)
 TARGET_VS_BEANSTALKD = 2.0     # 1 shard's server CPU per cycle ÷ beanstalkd's (issue 27)
+# Issue 27's many-core targets, all in one run: 8 shards' cycles/s ÷ 1 shard's, ÷ beanstalkd's, ÷ Redis's;
+# durable 8 shards ÷ Redis appendfsync always; 8 shards' request p99 ÷ beanstalkd's (at most)
+MANY_CORE_SHARDS = 8
+TARGET_MANY_VS_ONE = 6.0
+TARGET_MANY_VS_BEANSTALKD = 2.0
+TARGET_MANY_VS_REDIS = 1.6
+TARGET_DURABLE_VS_REDIS = 1.5
+TARGET_P99_VS_BEANSTALKD = 2.0
 PROFILE_TOP = 15               # lines of each profile's summary printed
 
 #: What ``/status`` gives per shard and router, summed over the node: (entry list, field) per figure.
@@ -77,12 +86,16 @@ def node_status(server: bench.OurServer) -> Dict[str, Any]:
 
 
 def node_counts(server: bench.OurServer) -> Dict[str, int]:
-    """The counters of :data:`COUNTED`, summed over every shard and router (all must answer)."""
+    """The counters of :data:`COUNTED`, summed over every shard and router
+    (all must answer), and ``fsyncs``, the logs' fsyncs (0 in memory)."""
     status = node_status(server)
     down = [entry for entry in status["shards"] + status["routers"] if not entry["up"]]
     if down:
         raise RuntimeError(f"processes down while measuring: {down}")
-    return {name: sum(entry[field] for entry in status[part]) for name, (part, field) in COUNTED.items()}
+    counts = {name: sum(entry[field] for entry in status[part]) for name, (part, field) in COUNTED.items()}
+    counts["fsyncs"] = sum(status["histograms"]["fsync_seconds"]["counts"])
+    counts["compiled"] = int(bool(status["compiled"]))
+    return counts
 
 
 def measure(server: peers.ServerUnderTest, opts: argparse.Namespace) -> Dict[str, Any]:
@@ -101,6 +114,8 @@ def measure(server: peers.ServerUnderTest, opts: argparse.Namespace) -> Dict[str
         after = node_counts(server)
         delta = {name: after[name] - before[name] for name in COUNTED}
         out["counted"] = delta
+        out["fsyncs"] = after["fsyncs"] - before["fsyncs"]
+        out["compiled"] = bool(after["compiled"])
         out["shard_frames_per_cycle"] = delta["shard_frames"] / cycles
         out["router_frames_per_cycle"] = delta["router_frames"] / cycles
         out["requests_per_turn"] = delta["requests"] / delta["turns"] if delta["turns"] else None
@@ -112,6 +127,7 @@ MEDIANS: Dict[str, Callable[[Dict[str, Any]], Optional[float]]] = {
     "cycles_per_s": lambda r: r["ops_per_s"],
     "server_cpu_us_per_cycle": lambda r: r["server_cpu_us_per_cycle"],
     "cores_busy": lambda r: r["cores_busy"],
+    "loadgen_cores": lambda r: r["loadgen_cpu_us_per_cycle"] * r["ops_per_s"] / 1e6,
     "shard_frames_per_cycle": lambda r: r.get("shard_frames_per_cycle"),
     "router_frames_per_cycle": lambda r: r.get("router_frames_per_cycle"),
     "requests_per_turn": lambda r: r.get("requests_per_turn"),
@@ -227,6 +243,7 @@ def render(opts: argparse.Namespace, header: Dict[str, Any], rows: Dict[str, Dic
         f"load average {h['load_before']} before, {h['load_after']} after",
         f"command: {h['command']}" + ("   (run by `make bench-cores`)" if h["via_make"] else ""),
         f"server: {h.get('build', '?')}",
+        *([h["durable"]] if "durable" in h else []),
         f"workload: full cycles (add + lease + complete), {opts.payload}-byte payloads, random uuid4-shaped ids, "
         f"{opts.connections} connections over {opts.queues} queues, one request in flight each; "
         f"{opts.prefill:,} jobs prefilled",
@@ -242,16 +259,17 @@ def render(opts: argparse.Namespace, header: Dict[str, Any], rows: Dict[str, Dic
         r = rows.get(label)
         if r is None or not r["runs"]:
             failure = (r["failures"][0] if r and r["failures"] else "not run")
-            table_rows.append([label, str(failure)[:60]] + [""] * 10)
+            table_rows.append([label, str(failure)[:60]] + [""] * 11)
             continue
-        ours = kind == "workq"
+        ours, compared = kind.startswith("workq"), kind == "workq"   # durable and plain rows: no ratios
         cycles, cpu = r["cycles_per_s"], r["server_cpu_us_per_cycle"]
         table_rows.append([
             label, fmt(cycles),
-            fmt(cycles / base_cycles, 2, "x") if ours and base_cycles else "",
+            fmt(cycles / base_cycles, 2, "x") if compared and base_cycles else "",
             fmt(cpu, 1),
-            fmt(cpu / base_cpu, 2, "x") if ours and base_cpu else "",
+            fmt(cpu / base_cpu, 2, "x") if compared and base_cpu else "",
             fmt(r["cores_busy"], 2),
+            fmt(r["loadgen_cores"], 2),
             fmt(r["shard_frames_per_cycle"], 3) if ours else "",
             fmt(r["router_frames_per_cycle"], 3) if ours else "",
             fmt(r["requests_per_turn"], 2) if ours else "",
@@ -261,12 +279,14 @@ def render(opts: argparse.Namespace, header: Dict[str, Any], rows: Dict[str, Dic
         ])
     base = f"{opts.shards[0]} shard" + ("s" if opts.shards[0] > 1 else "")
     out.append(bench.table(["server", "cycles/s", f"÷ {base}", "server µs/cycle", f"CPU ÷ {base}", "cores busy",
+                            "loadgen cores",
                             "shard frames/cycle", "router frames/cycle", "requests/turn", "req p99 ms",
                             "cycle p99 ms", "errors"], table_rows))
     out += [
         "    server µs/cycle: CPU of the router and every shard (or the peer's process) over the run, warm-up "
         "included, ÷ cycles done in it;",
-        "    cores busy: that CPU ÷ the loaded seconds; shard frames/cycle: frames between shards (sent and "
+        "    cores busy: that CPU ÷ the loaded seconds (loadgen cores: the load generator's own); "
+        "shard frames/cycle: frames between shards (sent and "
         "received on the links each shard opened) ÷ cycles;",
         "    router frames/cycle: the same on the routers' links to the shards; requests/turn: requests the "
         "shards executed ÷ event-loop turns that executed any",
@@ -285,9 +305,15 @@ def render(opts: argparse.Namespace, header: Dict[str, Any], rows: Dict[str, Dic
 
 
 def targets(rows: Dict[str, Dict[str, Any]], labels: List[Tuple[str, str]]) -> List[List[str]]:
-    """Issue 27's targets on this machine: CPU per cycle at more shards ÷ at
-    the first count (1), and 1 shard's ÷ beanstalkd's; each as measured."""
-    ours = [label for label, kind in labels if kind == "workq" and rows.get(label, {}).get("runs")]
+    """Issue 27's targets: CPU per cycle at more shards ÷ at the first count
+    (1), and 1 shard's ÷ beanstalkd's; then, where the rows were run, the
+    many-core ones (8 shards' throughput ÷ 1 shard's and the peers', durable
+    8 shards ÷ Redis ``appendfsync always``, p99 ÷ beanstalkd's); each as measured."""
+    def ran(label: str) -> Optional[Dict[str, Any]]:
+        row = rows.get(label)
+        return row if row is not None and row["runs"] else None
+
+    ours = [label for label, kind in labels if kind == "workq" and ran(label)]
     if not ours:
         return []
     base = rows[ours[0]]
@@ -295,10 +321,33 @@ def targets(rows: Dict[str, Dict[str, Any]], labels: List[Tuple[str, str]]) -> L
     for label in ours[1:]:
         ratio = rows[label]["server_cpu_us_per_cycle"] / base["server_cpu_us_per_cycle"]
         out.append([f"server CPU per cycle, {label} ÷ {ours[0]}", f"{ratio:.2f}x", f"≤ {TARGET_CPU_RATIO:g}x"])
-    bean = rows.get("beanstalkd")
-    if bean is not None and bean["runs"]:
+    bean, redis = ran("beanstalkd"), ran("redis")
+    if bean is not None:
         ratio = base["server_cpu_us_per_cycle"] / bean["server_cpu_us_per_cycle"]
         out.append([f"server CPU per cycle, {ours[0]} ÷ beanstalkd", f"{ratio:.2f}x", f"≤ {TARGET_VS_BEANSTALKD:g}x"])
+    many_label = our_label(MANY_CORE_SHARDS)
+    many = ran(many_label)
+    if many is None:
+        return out
+    many_core = "(a many-core host)"
+
+    def versus(what: str, other: Optional[Dict[str, Any]], target: float) -> None:
+        if other is not None and other["cycles_per_s"]:
+            out.append([f"cycles/s, {many_label} ÷ {what}", f"{many['cycles_per_s'] / other['cycles_per_s']:.2f}x",
+                        f"≥ {target:g}x {many_core}"])
+
+    if ours[0] == our_label(1):
+        versus(ours[0], base, TARGET_MANY_VS_ONE)
+    versus("beanstalkd", bean, TARGET_MANY_VS_BEANSTALKD)
+    versus("redis", redis, TARGET_MANY_VS_REDIS)
+    durable, always = ran(durable_label(MANY_CORE_SHARDS)), ran(bench.DURABLE_LABELS["redis"])
+    if durable is not None and always is not None and always["cycles_per_s"]:
+        out.append([f"cycles/s, {durable_label(MANY_CORE_SHARDS)} ÷ {bench.DURABLE_LABELS['redis']}",
+                    f"{durable['cycles_per_s'] / always['cycles_per_s']:.2f}x",
+                    f"≥ {TARGET_DURABLE_VS_REDIS:g}x {many_core}"])
+    if bean is not None and bean["request_p99_us"] and many["request_p99_us"] is not None:
+        out.append([f"request p99, {many_label} ÷ beanstalkd", f"{many['request_p99_us'] / bean['request_p99_us']:.2f}x",
+                    f"≤ {TARGET_P99_VS_BEANSTALKD:g}x {many_core}"])
     return out
 
 
@@ -307,13 +356,28 @@ def plan(opts: argparse.Namespace) -> List[Tuple[str, str, Callable[[], peers.Se
     """(label, wire protocol, factory) of every server measured, in table order."""
     servers: List[Tuple[str, str, Callable[[], peers.ServerUnderTest]]] = [
         (our_label(n), "workq", lambda n=n: bench.OurServer(n)) for n in opts.shards]
+    most = MANY_CORE_SHARDS if MANY_CORE_SHARDS in opts.shards else max(opts.shards)   # the plain and durable rows'
+    if opts.plain:
+        servers.append((our_label(most) + ", plain Python", "workq plain", lambda: bench.OurServer(most, plain=True)))
     if not opts.no_peers:
         servers += [("beanstalkd", "beanstalkd", peers.Beanstalkd), ("redis", "redis", peers.Redis)]
+    if opts.durable:
+        where = opts.durable_dir
+        servers.append((durable_label(most), "workq durable",
+                        lambda: bench.OurServer(most, durable=True, parent=where)))
+        if not opts.no_peers:
+            servers += [(bench.DURABLE_LABELS["redis"], "redis", lambda: peers.Redis(durable=True, parent=where)),
+                        (bench.DURABLE_LABELS["beanstalkd"], "beanstalkd",
+                         lambda: peers.Beanstalkd(durable=True, parent=where))]
     return servers
 
 
 def our_label(shards: int) -> str:
     return f"ours, {shards} shard" + ("s" if shards > 1 else "")
+
+
+def durable_label(shards: int) -> str:
+    return f"ours durable (fsync always), {shards} shard" + ("s" if shards > 1 else "")
 
 
 def load_average() -> str:
@@ -329,6 +393,15 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=1, help="runs per server, interleaved; medians (default 1)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 s runs, 6,400 jobs prefilled")
     parser.add_argument("--no-peers", action="store_true", help="ours only: no beanstalkd and Redis rows")
+    parser.add_argument("--plain", action="store_true",
+                        help=f"also {MANY_CORE_SHARDS} shards (if measured; else the largest count) as plain Python "
+                        "(QS_PURE_PYTHON=1), for its p99")
+    parser.add_argument("--durable", action="store_true",
+                        help=f"also {MANY_CORE_SHARDS} shards (if measured; else the largest count) durable (--data-dir, "
+                        "--fsync always), with Redis "
+                        "appendfsync always and beanstalkd -b -f 0")
+    parser.add_argument("--durable-dir", metavar="DIR",
+                        help="where the durable servers' data goes (default: the system's temp dir)")
     parser.add_argument("--connections", type=int, default=128)
     parser.add_argument("--queues", type=int, default=64)
     parser.add_argument("--loadgen-procs", type=int, default=max(1, CORES // 3),
@@ -359,6 +432,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         peers.ensure_installed()
     header = bench.run_header()
     header["load_before"] = load_average()
+    if opts.durable:
+        fstype, device, mount = bench.filesystem_of(opts.durable_dir or tempfile.gettempdir())
+        probe = bench.fsync_probe(opts.durable_dir)
+        header["durable"] = (f"durable rows' data on {fstype} ({device} at {mount}); one 128-byte append + "
+                             f"fdatasync there: p50 {probe.get('p50', 0):.0f} µs, p99 {probe.get('p99', 0):.0f} µs")
     runs: Dict[str, List[Any]] = {label: [] for label, _, _ in servers}
     profiles: List[Dict[str, Any]] = []
     interrupted = False
