@@ -215,8 +215,9 @@ class OurServer(peers.ServerUnderTest):
         self.ready_s = time.monotonic() - started
         self.port = self.server.port("workq_tls" if self.tls else "workq")
         self._pids = self.server.child_pids()
-        if len(self._pids) != self.shards + 1:
-            raise RuntimeError(f"expected a router and {self.shards} shards, found {self._pids}")
+        shards = [role for role in self._pids if role.startswith("shard-")]
+        if len(shards) != self.shards or len(self._pids) == len(shards):
+            raise RuntimeError(f"expected routers and {self.shards} shards, found {self._pids}")
         return self
 
     def pids(self) -> Dict[str, int]:
