@@ -54,6 +54,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench  # noqa: E402
+from queueserver.store.writer import SLOW_SYNC_MS  # noqa: E402
 import loadgen  # noqa: E402
 import peers  # noqa: E402
 from loadgen import CYCLE  # noqa: E402
@@ -363,8 +364,11 @@ def plan(opts: argparse.Namespace) -> List[Tuple[str, str, Callable[[], peers.Se
         servers += [("beanstalkd", "beanstalkd", peers.Beanstalkd), ("redis", "redis", peers.Redis)]
     if opts.durable:
         where = opts.durable_dir
-        servers.append((durable_label(most), "workq durable",
-                        lambda: bench.OurServer(most, durable=True, parent=where)))
+        for ms in opts.fsync_in_loop:
+            label = durable_label(most) + ("" if ms == SLOW_SYNC_MS else f", fsync_in_loop {ms:g} ms")
+            servers.append((label, "workq durable",
+                            lambda ms=ms: bench.OurServer(most, durable=True, parent=where,
+                                                          extra=["--fsync-in-loop", repr(ms)])))
         if not opts.no_peers:
             servers += [(bench.DURABLE_LABELS["redis"], "redis", lambda: peers.Redis(durable=True, parent=where)),
                         (bench.DURABLE_LABELS["beanstalkd"], "beanstalkd",
@@ -400,6 +404,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help=f"also {MANY_CORE_SHARDS} shards (if measured; else the largest count) durable (--data-dir, "
                         "--fsync always), with Redis "
                         "appendfsync always and beanstalkd -b -f 0")
+    parser.add_argument("--fsync-in-loop", type=float, nargs="+", default=[SLOW_SYNC_MS], metavar="MS",
+                        help=f"with --durable: a durable row of ours for each (default {SLOW_SYNC_MS:g}, the "
+                        "server's default; 0: every fsync in a thread while the shard's loop serves on)")
     parser.add_argument("--durable-dir", metavar="DIR",
                         help="where the durable servers' data goes (default: the system's temp dir)")
     parser.add_argument("--connections", type=int, default=128)

@@ -182,6 +182,11 @@ SERVER: Dict[str, Setting] = {
                           "(default always)"),
     "fsync_interval": Setting("float", 1, "ms", flag="--fsync-interval", metavar="MS",
                               help="how often the interval policy flushes (default 1000)"),
+    "fsync_in_loop": Setting("float", 0, "ms", "0 runs every fsync in a thread",
+                             flag="--fsync-in-loop", metavar="MS",
+                             help="fsync = always: while fsyncs take less than MS, each runs in the "
+                                  "shard's event loop (no thread handoff); slower ones, and all with 0, "
+                                  "run in a thread while the loop serves on (default 5)"),
     "compact_after_bytes": Setting("int", 4096, "bytes", flag="--compact-after-bytes", metavar="BYTES",
                                    help="rewrite a shard's log as its live jobs once it is larger than "
                                         "BYTES and twice its last rewrite (default 67108864)"),
@@ -394,6 +399,7 @@ class Config:
     in_memory: bool = False
     fsync: str = "always"
     fsync_interval: float = 1000.0
+    fsync_in_loop: float = 5.0
     compact_after_bytes: int = 64 * 1024 * 1024
     #: ``[history]`` (:data:`HISTORY`): write the job history when there is a data
     #: directory; the node's history within max_bytes and max_age (s; 0: any age)

@@ -137,6 +137,7 @@ class Supervisor:
                           + ([] if config.metrics.enabled else ["--no-metrics"])
                           + (["--data-dir", self.data.shard_dir(i), "--fsync", config.fsync,
                               "--fsync-interval", repr(config.fsync_interval),
+                              "--fsync-in-loop", repr(config.fsync_in_loop),
                               "--compact-after-bytes", str(config.compact_after_bytes)]
                              if self.data else [])
                           + (["--history-dir", self.data.history_dir(i), *config.history_shard_args()]
@@ -238,7 +239,8 @@ class Supervisor:
         assert cluster is not None and data is not None and config.node is not None
         copy = os.path.join(data.path, "replicas", str(ordinal))
         common = ["--cluster", cluster.path, "--node", config.node, "--data-dir", copy,
-                  "--fsync", config.fsync, "--compact-after-bytes", str(config.compact_after_bytes),
+                  "--fsync", config.fsync, "--fsync-in-loop", repr(config.fsync_in_loop),
+                  "--compact-after-bytes", str(config.compact_after_bytes),
                   "--log-level", config.log_level]
         python = python_command()
         if role == FOLLOWER:

@@ -12,12 +12,14 @@ from __future__ import annotations
 import datetime
 import os
 import random
+import re
 import signal
 import socket
 import struct
 import time
 import uuid
 
+import pytest
 
 from queueserver.client import Client
 from queueserver.placement import shard_for
@@ -29,9 +31,9 @@ CYCLES = int(os.environ.get("QS_CRASH_CYCLES", "4"))
 QUEUES = ["crash-a", "crash-b", "crash-c", "crash-d"]
 
 
-def durable(tmp_path, shards: int = 2, fsync: str = "always") -> ServerProcess:
+def durable(tmp_path, shards: int = 2, fsync: str = "always", in_loop: str = "5") -> ServerProcess:
     return ServerProcess(shards=shards, protocols=["workq", "takeanumber"],
-                         extra=["--data-dir", str(tmp_path / "data"), "--fsync", fsync])
+                         extra=["--data-dir", str(tmp_path / "data"), "--fsync", fsync, "--fsync-in-loop", in_loop])
 
 
 def restarted(proc: ServerProcess, name: str, old_pid: int) -> bool:
@@ -41,11 +43,15 @@ def restarted(proc: ServerProcess, name: str, old_pid: int) -> bool:
         pid is not None and pid != old_pid
 
 
-def test_no_acknowledged_job_is_lost_when_shards_and_the_router_are_killed(tmp_path):
+@pytest.mark.parametrize("in_loop", ["5", "0"])
+def test_no_acknowledged_job_is_lost_when_shards_and_the_router_are_killed(tmp_path, in_loop):
+    """``in_loop`` 5: fsyncs in the shard's loop (this disk's are fast); 0:
+    every fsync in a thread while the loop reads and executes the next
+    requests, whose answers wait for the next commit."""
     assert {shard_for(q, 2) for q in QUEUES} == {0, 1}, "the queues must live on both shards"
     rng = random.Random(int(os.environ.get("QS_CRASH_SEED", "7")))
     history = History()
-    with durable(tmp_path) as proc:
+    with durable(tmp_path, in_loop=in_loop) as proc:
         load = Load(history, lambda: proc.ports, QUEUES).start()
         try:
             for _ in range(CYCLES):
@@ -67,6 +73,31 @@ def test_no_acknowledged_job_is_lost_when_shards_and_the_router_are_killed(tmp_p
     assert verdict.lost == [], (verdict.summary(), verdict.lost)
     assert verdict.unexpected == [], verdict.summary()
     assert verdict.resurrected == [], verdict.summary()
+
+
+SHUTDOWN_LINE = re.compile(r"shard (\d) log: (\d+) records appended, (\d+) fsyncs, .*; (\d+) fsyncs in a thread "
+                           r"\(fsync_in_loop ([\d.]+) ms\)")
+
+
+@pytest.mark.parametrize("in_loop", ["0", "1000"])
+def test_fsync_in_loop_says_where_each_shards_fsyncs_ran(tmp_path, in_loop):
+    """``--fsync-in-loop 0``: every fsync of both shards ran in a thread;
+    1000 ms (no disk here is that slow): none did. Each shard says so when it stops."""
+    with durable(tmp_path, in_loop=in_loop) as proc:
+        with Client(port=proc.ports["workq"]) as client:
+            for i, queue in enumerate(QUEUES * 5):
+                id = str(uuid.uuid4())
+                client.add(id, queue, b"x" * i, 30_000, 60_000)
+            for queue in QUEUES:
+                for _ in range(5):
+                    job = client.lease([queue], 1000)
+                    client.complete(job.id, b"done")
+        proc.stop()
+        lines = {int(m.group(1)): m.groups()[1:] for m in SHUTDOWN_LINE.finditer(proc.log())}
+    assert sorted(lines) == [0, 1], proc.log_tail()
+    for appended, fsyncs, threaded, said in lines.values():
+        assert int(appended) >= 5 * 3 and int(fsyncs) > 0 and float(said) == float(in_loop)
+        assert int(threaded) == (int(fsyncs) if in_loop == "0" else 0)
 
 
 def test_jobs_schedules_and_ttls_survive_a_kill_of_the_whole_server(tmp_path):

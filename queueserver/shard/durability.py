@@ -35,6 +35,7 @@ from ..engine.status import SERVER_ERROR, Reply
 from ..store import AppendLog, StoreError, recover
 from ..store.compaction import write_snapshot
 from ..store.segments import write_all
+from ..store.writer import SLOW_SYNC_MS
 from .forked import Child, describe, fork_child
 from .replication import Replicator
 
@@ -57,8 +58,10 @@ class Durability:
     wal: AppendLog
 
     def __init__(self, directory: str, shard: int, shards: int, fsync: str = "always",
-                 fsync_interval_ms: float = 1000.0, compact_after_bytes: int = 64 << 20) -> None:
+                 fsync_interval_ms: float = 1000.0, compact_after_bytes: int = 64 << 20,
+                 fsync_in_loop_ms: float = SLOW_SYNC_MS) -> None:
         self.directory = directory
+        self.fsync_in_loop_ms = fsync_in_loop_ms
         self.shard = shard
         self.shards = shards
         self.fsync = fsync
@@ -81,7 +84,8 @@ class Durability:
         recovery = recover(self.directory, self.shard, self.shards)
         engine.replay(recovery)
         self.wal = AppendLog(recovery, policy=self.fsync, interval_ms=int(self.fsync_interval_ms),
-                             compact_min_bytes=self.compact_after_bytes).start()
+                             compact_min_bytes=self.compact_after_bytes,
+                             slow_sync_ms=self.fsync_in_loop_ms).start()
         self.recovered = True
         return recovery.records, recovery.seconds
 

@@ -36,6 +36,7 @@ from ..net import faults, linkauth
 from ..net.channel import FrameChannel
 from ..store import StoreError
 from ..store.segments import newest_epoch
+from ..store.writer import SLOW_SYNC_MS
 from .durability import Durability
 
 log = logging.getLogger("queueserver.follower")
@@ -47,10 +48,12 @@ BACKOFF = (0.2, 0.5, 1.0, 2.0)
 class Copy:
     """The follower's copy of one shard: a log (and its engine) in ``directory``."""
 
-    def __init__(self, directory: str, primary: ShardSpec, fsync: str, compact_after_bytes: int) -> None:
+    def __init__(self, directory: str, primary: ShardSpec, fsync: str, compact_after_bytes: int,
+                 fsync_in_loop_ms: float = SLOW_SYNC_MS) -> None:
         self.directory = directory
         self.primary = primary
         self.fsync = fsync
+        self.fsync_in_loop_ms = fsync_in_loop_ms
         self.compact_after_bytes = compact_after_bytes
         self.engine: Optional[Engine] = None
         self.durability: Optional[Durability] = None
@@ -64,7 +67,7 @@ class Copy:
 
     def _log(self, directory: str) -> Durability:
         return Durability(directory, self.primary.ordinal, MAX_SHARDS, self.fsync, 1000.0,
-                          self.compact_after_bytes)
+                          self.compact_after_bytes, self.fsync_in_loop_ms)
 
     def _engine(self) -> Engine:
         return Engine(shard=self.primary.ordinal, shards=MAX_SHARDS)
@@ -262,6 +265,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--ordinal", type=int, required=True, help="the shard followed")
     parser.add_argument("--data-dir", required=True, metavar="DIR", help="where the copy's log lives")
     parser.add_argument("--fsync", choices=("always", "interval", "never"), default="always")
+    parser.add_argument("--fsync-in-loop", type=float, default=SLOW_SYNC_MS, metavar="MS")
     parser.add_argument("--compact-after-bytes", type=int, default=64 << 20, metavar="BYTES")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
@@ -269,7 +273,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     try:
         spec = load_cluster(args.cluster)
         primary = spec.shards()[args.ordinal]
-        copy = Copy(args.data_dir, primary, args.fsync, args.compact_after_bytes)
+        copy = Copy(args.data_dir, primary, args.fsync, args.compact_after_bytes, args.fsync_in_loop)
         follower = Follower(spec, args.node, primary, copy)
     except (ValueError, OSError, IndexError) as err:
         log.error("follower of shard %d cannot start: %s", args.ordinal, err)

@@ -28,6 +28,7 @@ from ..metrics.control import control_path, serve_control
 from ..net import linkauth
 from ..net.handoff import handoff_path
 from ..store import StoreError
+from ..store.writer import SLOW_SYNC_MS
 from .clustering import ShardInCluster
 from .console import ShardConsole
 from .durability import Durability
@@ -80,6 +81,7 @@ def main(argv: Optional[List[str]] = None) -> None:
                                                           "jobs live in memory only)")
     parser.add_argument("--fsync", choices=("always", "interval", "never"), default="always")
     parser.add_argument("--fsync-interval", type=float, default=1000.0, metavar="MS")
+    parser.add_argument("--fsync-in-loop", type=float, default=SLOW_SYNC_MS, metavar="MS")
     parser.add_argument("--compact-after-bytes", type=int, default=64 << 20, metavar="BYTES")
     parser.add_argument("--no-metrics", action="store_true",
                         help="count nothing for /metrics (spares the per-event hooks)")
@@ -124,7 +126,7 @@ def main(argv: Optional[List[str]] = None) -> None:
                       args.compact_after_bytes, args.history_dir, cluster,
                       {"max_bytes": args.history_max_bytes, "max_age": args.history_max_age,
                        "checkpoint": args.history_checkpoint}, args.numbers,
-                      HostIds(args.host_ids_fd) if args.host_ids_fd is not None else None)
+                      HostIds(args.host_ids_fd) if args.host_ids_fd is not None else None, args.fsync_in_loop)
         if args.access is not None:
             shard.direct.use_access(args.access)
             gevent.signal_handler(signal.SIGHUP, shard.direct.reload)   # the supervisor passes SIGHUP on
@@ -168,10 +170,11 @@ def main(argv: Optional[List[str]] = None) -> None:
         shard.durability.close()
         stats = shard.durability.stats()
         log.info("shard %d log: %d records appended, %d fsyncs, %d records fsynced (at most %d "
-                 "in one), %d write errors, %d compactions, worst compaction pause %.1f ms",
+                 "in one), %d write errors, %d compactions, worst compaction pause %.1f ms; "
+                 "%d fsyncs in a thread (fsync_in_loop %g ms)",
                  args.index, stats["appended_records"], stats["fsyncs"], stats["fsynced_records"],
                  stats["max_records_per_fsync"], stats["write_errors"], stats["compactions"],
-                 stats["worst-compaction-pause-ms"])
+                 stats["worst-compaction-pause-ms"], stats["pooled_fsyncs"], args.fsync_in_loop)
     for path in (args.socket, handoff_path(args.socket), args.socket + ".ready", control_path(args.socket)):
         if os.path.exists(path):
             os.unlink(path)

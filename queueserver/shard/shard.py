@@ -66,6 +66,7 @@ from .clustering import ShardInCluster
 from ..cluster.clusterfile import MAX_SHARDS
 from ..net import faults
 from ..placement import shard_for, slot_of
+from ..store.writer import SLOW_SYNC_MS
 
 log: Final = logging.getLogger("queueserver.shard")
 
@@ -88,7 +89,7 @@ class Shard(DirectHost):
                  fsync_interval: float = 1000.0, compact_after_bytes: int = 64 << 20,
                  history_dir: Optional[str] = None, cluster: Optional[ShardInCluster] = None,
                  history_retention: Optional[Retention] = None, numbers: Optional[str] = None,
-                 host_ids: Optional[HostIds] = None) -> None:
+                 host_ids: Optional[HostIds] = None, fsync_in_loop: float = SLOW_SYNC_MS) -> None:
         #: in a cluster: its TCP links and its slots (None: one host)
         self.cluster = cluster
         if cluster is not None:   # known by its ordinal; numbers stride over any cluster's shards
@@ -111,7 +112,7 @@ class Shard(DirectHost):
         self.durability: Optional[Durability] = None
         if data_dir is not None:
             durability = self.durability = Durability(data_dir, index, shards, fsync, fsync_interval,
-                                                      compact_after_bytes)
+                                                      compact_after_bytes, fsync_in_loop)
             if cluster is not None and cluster.spec.replicas:
                 # the primary of its group: every answer waits for the in-sync followers too
                 durability.replicator = Replicator(self.engine.snapshot, lambda: durability.appended,
