@@ -122,8 +122,11 @@ def test_a_rebalance_killed_midway_is_finished_by_a_supervisor(cluster) -> None:
         wait_for(lambda: len(history.acked) > 20, 20, "jobs added before the move")
         mover = nodes.cli_process("rebalance", "--batch", "64")
         first = _wait_intents(client, lambda i: i.plan is not None, "the plan in etcd")
+        # The plan holds the moves *left*: 86 when written (2730/64 + 2731/64, rounded up),
+        # one or two fewer if the mover finished some before this poll read it (a loaded CI box).
         planned = len(first.plan["moves"])
-        assert planned == 86 and first.driver is not None, first   # 2730/64 + 2731/64, rounded up
+        assert 84 <= planned <= 86 and first.driver is not None, first
+        assert all(sum(end - start for start, end in move["ranges"]) <= 64 for move in first.plan["moves"]), first
         _wait_intents(client, lambda i: i.plan is not None and len(i.plan["moves"]) <= planned - 3,
                       "three moves done")
         out = _kill(mover)
