@@ -30,6 +30,8 @@ COMPILED = [
     "queueserver/protocols/workq.py", "queueserver/protocols/takeanumber.py",
     "queueserver/protocols/goqueue.py", "queueserver/protocols/queued.py", "queueserver/protocols/taskflux.py",
     "queueserver/net/connection.py", "queueserver/net/channel.py", "queueserver/net/hangups.py",
+    "queueserver/net/tls.py", "queueserver/net/tlsrelay.py", "queueserver/net/tcpinfo.py",
+    "queueserver/net/relayacks.py",
     "queueserver/shard/shard.py", "queueserver/shard/direct.py", "queueserver/shard/durability.py",
     "queueserver/shard/stats.py", "queueserver/shard/outcomes.py", "queueserver/shard/idhome.py",
     "queueserver/shard/peers.py", "queueserver/shard/history.py", "queueserver/shard/hostids.py",

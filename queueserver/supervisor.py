@@ -133,7 +133,7 @@ class Supervisor:
                                          "--queue-idle-timeout", repr(config.queue_idle_timeout),
                                          "--shards", str(config.shards), "--log-level", level]
                           + (["--direct-path"] if config.direct_path else [])
-                          + self._access_args()
+                          + self._access_args() + self._shard_tls_args()
                           + ([] if config.metrics.enabled else ["--no-metrics"])
                           + (["--data-dir", self.data.shard_dir(i), "--fsync", config.fsync,
                               "--fsync-interval", repr(config.fsync_interval),
@@ -201,6 +201,16 @@ class Supervisor:
         """A shard's access file: it checks the requests of connections moved to it."""
         access = self.config.access_file()
         return ["--access", access] if access is not None else []
+    def _shard_tls_args(self) -> List[str]:
+        """A shard's TLS files: with the direct path, the routers hand it TLS
+        connections before their handshake, and it terminates them."""
+        settings = self._tls_settings() if self.config.direct_path else None
+        if settings is None:
+            return []
+        return ["--tls-certificate", settings["certificate"], "--tls-key", settings["key"],
+                "--tls-handshake-timeout", repr(settings["handshake_timeout"])] \
+            + (["--tls-client-ca", settings["client_ca"]] if settings["client_ca"] else [])
+
     def _tls_settings(self) -> Optional[TLSSettings]:
         """What the routers need to serve TLS (None when no port speaks it)."""
         config = self.config
@@ -251,7 +261,8 @@ class Supervisor:
             "--socket", self.runtime.file(f"takeover-{ordinal}.sock"),
             "--max-queues", str(config.shard_max_queues()),
             "--queue-idle-timeout", repr(config.queue_idle_timeout),
-            "--fsync-interval", repr(config.fsync_interval), *common, *self._access_args()]
+            "--fsync-interval", repr(config.fsync_interval), *common, *self._access_args(),
+            *self._shard_tls_args()]
             + ([] if config.metrics.enabled else ["--no-metrics"]))
 
     def _coordinate(self) -> None:
@@ -574,14 +585,15 @@ class Supervisor:
         self._reload = True
 
     def _pass_reload(self) -> None:
-        """SIGHUP: every router reads its TLS and access files again, and with
-        an access file every shard serving clients (the direct path) reads it
-        too; so does the HTTP port, in this process."""
+        """SIGHUP: every router reads its TLS and access files again, and
+        every shard serving clients (the direct path) that has an access file
+        or TLS files reads them too; so does the HTTP port, in this process."""
         self._reload = False
         log.info("received SIGHUP: the routers (and the HTTP port) reload their TLS and access files")
         if self.metrics is not None:
             self.metrics.reload()
-        readers = ("router", "shard-", "takeover-") if self.config.access_acl is not None else ("router",)
+        shards_read = self.config.access_acl is not None or bool(self._shard_tls_args())
+        readers = ("router", "shard-", "takeover-") if shards_read else ("router",)
         for child in self.children:
             if child.name.startswith(readers) and child.process is not None and child.process.poll() is None:
                 child.process.send_signal(signal.SIGHUP)

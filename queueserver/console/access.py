@@ -18,12 +18,11 @@ from typing import Final, Optional, Sequence
 
 from ..access import AccessControl, AccessError, Permissions, load
 from ..metrics.refusals import CONNECT, UNKNOWN, refused
+from ..net.admission import UNKNOWN_CLIENT
 from .errors import Forbidden
 
 #: The queue a node-wide page, ``/metrics`` and ``/status`` need their verb on: all of them.
 EVERY_QUEUE: Final = "*"
-#: The one-line answer to a client no identity of the access file is.
-UNKNOWN_CLIENT: Final = "Unknown client: not allowed to connect"
 
 
 class Refused(Forbidden):

@@ -55,11 +55,8 @@ connection, on the path of every request, and are read together.
 """
 from __future__ import annotations
 
-import fcntl
 import logging
 import socket
-import struct
-import termios
 import time
 from collections import deque
 from typing import (TYPE_CHECKING, Any, Callable, Deque, Dict, Final, Generic, Optional, Protocol, Tuple,
@@ -75,6 +72,8 @@ from .channel import RECV_SIZE, BatchWriter, os_socket
 from .hangups import HangupWatch
 from ..metrics.refusals import refused
 from .refusals import RefusalLog
+from .relayacks import RelayAcks
+from .tcpinfo import bytes_acked, unacknowledged, was_reset
 from .tls import HANDSHAKE_RECORD, TLSError, TLSServing, TLSSession, looks_like_tls
 from ..metrics.traffic import ACCEPTED, COUNTS as _TRAFFIC, OPEN, RECEIVED, SENT
 
@@ -89,9 +88,6 @@ MAX_UNANSWERED: Final = 4096           # requests in flight before reading pause
 LINGER_SECONDS: Final = 2.0            # how long a closing connection waits for its last reply to leave
 ACK_POLL: Final = 0.005                # seconds between checks that the last answers were acknowledged
 PRUNE_DELIVERIES: Final = 32           # deliveries remembered before asking the kernel which were acknowledged
-_TCP_CLOSE: Final = 7                  # tcp_info.tcpi_state of a connection that was reset
-_BYTES_ACKED: Final = struct.Struct("<Q")   # tcp_info.tcpi_bytes_acked, at byte 120 (Linux 4.1+)
-_BYTES_ACKED_AT: Final = 120
 SMALL_REPLY: Final = 256               # budget of an answer that carries no payload
 QUEUE_ENTRY: Final = 300               # budget of one queue in an ``inspect queues`` answer
 
@@ -280,11 +276,17 @@ class ClientConnection(Generic[Pending, Owned]):
         self._max_payload = self.limits["max_payload"]
         self._raw = os_socket(sock)   # the non-blocking OS socket inside gevent's socket
         self._fd = self._raw.fileno()
+        #: a TCP socket (its kernel says what the client acknowledged), or the
+        #: plaintext end of a TLS relay (:mod:`.tlsrelay`), where the relay says it
+        self._tcp = sock.family != socket.AF_UNIX
+        #: the relay's counters, on a relay's pair (its server sets them before start)
+        self.acks: Optional[RelayAcks] = None
         self.writer = BatchWriter(sock, on_error=self._lost, on_drained=self._progress)
         self._watcher: "_IoWatcher" = gevent.get_hub().loop.io(self._fd, _READ)
         self._reader: Callable[[], None] = self._readable   # what the watcher calls when bytes arrive
         self.peer = peer
-        #: the TLS state of a connection accepted on a TLS port (it never moves: the state lives here)
+        #: the TLS state of a connection accepted on a TLS port: it stays in this
+        #: process, which relays the connection if it must move (:mod:`.tlsrelay`)
         self.tls: Optional[TLSSession] = None
         self._handshake_timer: Optional[Timer] = None
         self._handshake_timeout = 0.0
@@ -302,7 +304,10 @@ class ClientConnection(Generic[Pending, Owned]):
     def start(self, unread: bytes = b"") -> None:
         """Serve the connection, first ``unread`` bytes received elsewhere."""
         if self.moves:   # what other processes wrote counts in the socket's acknowledged bytes
-            self._written_before = self._bytes_acked() + self._unacknowledged()
+            if self._tcp:
+                self._written_before = self._bytes_acked() + self._unacknowledged()
+            elif self.acks is not None:   # a relay's pair: what the processes before wrote into it
+                self._written_before = self.acks.written_before()
         elif self.tls is not None:   # admitted once the handshake is done
             self._reader = self._readable_tls
             self._watcher.start(self._reader)
@@ -387,12 +392,13 @@ class ClientConnection(Generic[Pending, Owned]):
         except TLSError as exc:
             self._tls_failed(handshaking, str(exc))
             return
-        out = tls.outgoing()
-        if out:
-            self.writer.write(out)
-            self._written += len(out)
-        if handshaking and tls.handshake_done and not self._handshake_done():
-            return
+        if handshaking:   # (after it, what TLS itself has to send leaves with the next answer)
+            out = tls.outgoing()
+            if out:
+                self.writer.write(out)
+                self._written += len(out)
+            if tls.handshake_done and not self._handshake_done():
+                return
         if plain:
             self._received(plain)
         if tls.peer_closed and not self._eof and not self._gone:
@@ -605,25 +611,26 @@ class ClientConnection(Generic[Pending, Owned]):
                 self.server.abandoned(command, reply)
 
     def _reset(self) -> bool:
-        """Whether the peer reset the connection (an error is pending, or it is closed)."""
-        raw = self._raw
+        """Whether the peer reset the connection (an error is pending, or it
+        is closed); on a relay's pair, whether the relay's client did."""
+        if self._tcp:
+            return was_reset(self._raw)
+        if self.acks is not None and self.acks.client_reset():
+            return True
         try:
-            if raw.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
-                return True
-            return raw.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] == _TCP_CLOSE
+            return bool(self._raw.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
         except OSError:
             return True
 
     def _bytes_acked(self) -> int:
-        """Bytes of this socket the peer's kernel has acknowledged (0 if unknown)."""
-        try:
-            info = self._raw.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _BYTES_ACKED_AT + 8)
-        except OSError:
-            return 0
-        if len(info) < _BYTES_ACKED_AT + 8:
-            return 0
-        acked: int = _BYTES_ACKED.unpack_from(info, _BYTES_ACKED_AT)[0]   # "<Q": an int
-        return acked
+        """Bytes of this socket the peer's kernel has acknowledged (0 if
+        unknown); on a relay's pair, what the relay says its client's kernel
+        acknowledged (:mod:`.relayacks`)."""
+        if self._tcp:
+            return bytes_acked(self._raw)
+        if self.acks is not None:
+            return self.acks.acknowledged()
+        return self._sent()
 
     def _sent(self) -> int:
         """The socket's byte offset up to which answers went to the kernel."""
@@ -643,10 +650,7 @@ class ClientConnection(Generic[Pending, Owned]):
 
     def _unacknowledged(self) -> int:
         """Bytes sent that the peer has not acknowledged yet (SIOCOUTQ)."""
-        try:
-            return int.from_bytes(fcntl.ioctl(self._fd, termios.TIOCOUTQ, b"\0\0\0\0"), "little")
-        except OSError:
-            return 0
+        return unacknowledged(self._fd)
 
     # ----------------------------------------------------------- answering
     def _dispatch(self, command: Command) -> bool:
@@ -745,13 +749,29 @@ class ClientConnection(Generic[Pending, Owned]):
         self.moves += 1
         if self._debug:
             log.debug("connection %d moves at %s %r", self.id, command.op, command.key)
+        relayed = self.tls is not None   # its TLS state stays here: the server relays it (see DirectServer.move)
+        acks = self.acks
+        if acks is not None:   # where the next process starts writing into the relay's pair
+            acks.note_written(self._written_before + self._written)
         if not self.server.move(self, command, unread, state):
             log.warning("connection %d could not be moved; closing it", self.id)
             self.server.client_left(self)
+            relayed = False
+        self._let_go_of_acks()   # (a duplicate went along)
+        if relayed:
+            return
         try:
             self.sock.close()   # our copy: the descriptor lives on in the other process
         except OSError:
             pass
+
+    def _let_go_of_acks(self) -> None:
+        if self.acks is not None:
+            try:
+                self.acks.close()
+            except (OSError, ValueError):
+                pass
+            self.acks = None
 
     def _close_after_reply(self) -> None:
         """The last reply is queued: send it, half-close, read off what the
@@ -809,6 +829,7 @@ class ClientConnection(Generic[Pending, Owned]):
         self._detach()
         self._withdraw()
         self._give_back_deliveries()
+        self._let_go_of_acks()
         self.server.client_left(self)
         try:
             self.sock.close()

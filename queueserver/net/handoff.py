@@ -44,6 +44,12 @@ class Move(NamedTuple):
     client: Optional[List[Any]] = None
     #: the identity the access rules gave it at connect ("": none): checked the same way wherever it is served
     identity: str = ""
+    #: a connection accepted on a TLS port and not read yet: its receiver does
+    #: the handshake and keeps the TLS state (:mod:`queueserver.net.tlsrelay`)
+    tls: bool = False
+    #: a relayed connection's shared counters (:mod:`queueserver.net.relayacks`):
+    #: the descriptor as its holder knows it, sent along with the socket (-1: none)
+    acks: int = -1
 
 
 class Gone(NamedTuple):
@@ -61,40 +67,47 @@ class HandoffChannel:
         self._pack: Callable[[Any], bytes] = msgpack.Packer(use_bin_type=True).pack
         # Sends may wait for room, and callers run in the event loop, which
         # must not wait: a greenlet sends what they queue, in order.
-        self._outgoing: "Queue[Tuple[List[bytes], Optional[int]]]" = Queue()
+        self._outgoing: "Queue[Tuple[List[bytes], List[int]]]" = Queue()
         self._sender: Optional[gevent.Greenlet[[], None]] = None
 
     def send_move(self, fd: int, move: Move) -> None:
-        """Queue ``move`` with (a duplicate of) descriptor ``fd``: the caller
-        may close its own copy at once."""
+        """Queue ``move`` with (a duplicate of) descriptor ``fd``, and of
+        ``move.acks`` if any: the caller may close its own copies at once."""
         unread = move.unread
         head = move._replace(unread=unread[:CHUNK], more=max(0, len(unread) - CHUNK))
         messages = [self._pack(["move", list(head)])]
         messages += [self._pack(["more", unread[start:start + CHUNK]])
                      for start in range(CHUNK, len(unread), CHUNK)]
-        self._queue(messages, os.dup(fd))
+        fds = [os.dup(fd)]
+        if move.acks >= 0:
+            try:
+                fds.append(os.dup(move.acks))
+            except OSError:
+                os.close(fds[0])
+                raise
+        self._queue(messages, fds)
 
     def send_gone(self, origin: int) -> None:
-        self._queue([self._pack(["gone", origin])], None)
+        self._queue([self._pack(["gone", origin])], [])
 
-    def _queue(self, messages: List[bytes], fd: Optional[int]) -> None:
-        self._outgoing.put((messages, fd))
+    def _queue(self, messages: List[bytes], fds: List[int]) -> None:
+        self._outgoing.put((messages, fds))
         if self._sender is None:
             self._sender = gevent.spawn(self._send_all)
 
     def _send_all(self) -> None:
         while True:
-            messages, fd = self._outgoing.get()
+            messages, fds = self._outgoing.get()
             try:
-                if fd is not None:
-                    socket.send_fds(self.sock, messages[:1], [fd])
+                if fds:
+                    socket.send_fds(self.sock, messages[:1], fds)
                     messages = messages[1:]
                 for message in messages:
                     self.sock.sendall(message)
             except OSError as err:
                 log.warning("a handoff message was not delivered: %s", err)
             finally:
-                if fd is not None:
+                for fd in fds:
                     os.close(fd)
 
     def receive(self, on_move: Callable[[int, Move], None], on_gone: Callable[[Gone], None]) -> None:
@@ -116,9 +129,13 @@ class HandoffChannel:
                     moving = None if missing <= 0 else (fd, move, parts, missing)
                     if moving is None:
                         on_move(fd, move._replace(unread=b"".join(parts), more=0))
-                elif kind == "move" and len(fds) == 1 and not flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
-                    fd = fds.pop()
+                elif kind == "move" and len(fds) in (1, 2) and not flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
                     move = Move(*body)
+                    if (move.acks >= 0) != (len(fds) == 2):
+                        raise ValueError(f"a move with {len(fds)} descriptors and acks {move.acks}")
+                    fd = fds.pop(0)
+                    if fds:   # the relay's counters, as this process holds them
+                        move = move._replace(acks=fds.pop(0))
                     if move.more:
                         moving = (fd, move, [move.unread], move.more)
                     else:
@@ -136,8 +153,8 @@ class HandoffChannel:
         if self._sender is not None:
             self._sender.kill(block=False)
         while not self._outgoing.empty():
-            _, fd = self._outgoing.get()
-            if fd is not None:
+            _, fds = self._outgoing.get()
+            for fd in fds:
                 os.close(fd)
         try:
             self.sock.close()

@@ -71,6 +71,7 @@ class TLSSession:
             return b""
         chunks: List[bytes] = []
         tls = self._tls
+        incoming = self._incoming
         while True:
             try:
                 chunk = tls.read(READ_SIZE)
@@ -85,6 +86,8 @@ class TLSSession:
                 self.peer_closed = True
                 break
             chunks.append(chunk)
+            if not incoming.pending and not tls.pending():
+                break   # all fed is read (asking again would only raise SSLWantReadError)
         return b"".join(chunks) if len(chunks) != 1 else chunks[0]
 
     def _handshake(self) -> bool:
@@ -145,7 +148,8 @@ def certificate_names(cert: Any) -> Tuple[str, ...]:
 
 def ssl_reason(exc: ssl.SSLError) -> str:
     """An SSL error as a short line ("certificate verify failed", "wrong version number")."""
-    reason = getattr(exc, "verify_message", None) or exc.reason or str(exc)
+    # (read with getattr: either may be None, whatever the stubs say, and compiled code checks types)
+    reason: object = getattr(exc, "verify_message", None) or getattr(exc, "reason", None) or str(exc)
     return " ".join(str(reason).replace("_", " ").lower().split())
 
 

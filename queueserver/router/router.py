@@ -48,9 +48,10 @@ from ..engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR, Reply
 from ..engine.views import as_lease, undo_delivery
 from ..protocols import codec_class as load_codec
 from ..placement import shard_for
-from ..metrics.refusals import CONNECT, UNKNOWN, refused
 from ..net.connection import MAY_MOVE, SERVE, ClientConnection, refused_for_job
+from ..net.admission import admit
 from ..net.handoff import Gone, Move
+from ..net.relayacks import adopt
 from ..net.hangups import HangupWatch
 from ..net.refusals import RefusalLog
 from ..net.tls import TLSConfigError, TLSFiles, TLSServing, server_context
@@ -167,6 +168,7 @@ class Router:
         self.share_clients = routers > 1
         self.routers = routers
         self.direct_path = direct_path
+        self._tls_turn = 0   # the shard the next TLS connection goes to (see _tls_to_shard)
         limits = limits or {}
         # Each router takes its share of the server's connections.
         self.max_connections = max(1, -(-limits.get("max_connections", DEFAULT_MAX_CONNECTIONS) // routers))
@@ -236,6 +238,8 @@ class Router:
                     self._note_refusal(f"{self.max_connections} clients connected (max_connections): "
                                        f"refusing new {protocol} connections")
                     continue
+                if tls and self._tls_to_shard(conn, protocol, peer):
+                    continue
                 try:
                     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     sock = socket.socket(conn.family, conn.type, fileno=conn.detach())
@@ -257,6 +261,37 @@ class Router:
         log.info("router %d serving %s on %s:%d", self.index, name, *raw.getsockname()[:2])
 
     # ------------------------------------------------------------ refusing
+    def _tls_to_shard(self, conn: stdsocket.socket, protocol: str, peer: Any) -> bool:
+        """With the direct path, hand a new TLS connection, unread, to a
+        shard of this host (in turn), which does its handshake and serves it
+        (relaying it if its requests belong elsewhere: see
+        :mod:`queueserver.shard.direct`); False if no shard can take it."""
+        if not self.direct_path:
+            return False
+        links = [link for link in self.links if link.handoff is not None]
+        if not links:
+            return False
+        link = links[self._tls_turn % len(links)]
+        self._tls_turn += 1
+        assert link.handoff is not None
+        origin = self.new_connection_id()
+        description = describe(origin, protocol, peer_address(peer), time.time_ns() // 1000, self.key)
+        move = Move(protocol, self.options.get(protocol, {}), {}, b"", origin, self.index, 0,
+                    {"max_outstanding_bytes": self.max_outstanding_bytes, "max_payload": self.max_payload},
+                    client=description, tls=True)
+        try:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            link.handoff.send_move(conn.fileno(), move)   # (a duplicate goes)
+        except OSError as err:
+            log.warning("handing a TLS connection to shard %d failed (serving it here): %s", link.index, err)
+            return False
+        conn.close()
+        self.clients += 1
+        self.described[origin] = description
+        link.moved.add(origin)
+        self._report_clients()
+        return True
+
     @staticmethod
     def _refuse(conn: stdsocket.socket, codec_class: Type[StreamCodec], message: str, tls: bool) -> None:
         """Answer a connection we will not serve with its protocol's error,
@@ -329,22 +364,8 @@ class Router:
                 link.notify("left", origin)
 
     def admit(self, connection: Connection) -> Optional[str]:
-        """Why ``connection``'s client is not served (None: it is): with
-        access rules, its identity, by its certificate's names or its
-        address; an unknown one is refused."""
-        access = self.access
-        if access is None:
-            return None
-        address = _peer_host(connection)
-        permissions = access.admit(connection.certificate_names, address)
-        if permissions is None:
-            names = ", ".join(connection.certificate_names) or "no certificate"
-            refused(UNKNOWN, CONNECT, f"{connection.protocol} client from {address or 'an unknown address'} "
-                                      f"({names}): no identity of {access.path} is it")
-            return "Unknown client: not allowed to connect"
-        connection.identity = permissions.identity
-        connection.permissions = permissions
-        return None
+        """Why ``connection``'s client is not served (None: it is): see :func:`admit`."""
+        return admit(self.access, connection)
 
     def reload(self) -> None:
         """SIGHUP: read the TLS and access files again; connections stay.
@@ -445,7 +466,8 @@ class Router:
             return False
         move = Move(connection.protocol, self.options.get(connection.protocol, {}), state, unread,
                     connection.origin, self.index, connection.moves, connection.limits,
-                    client=self.described.get(connection.origin), identity=connection.identity)
+                    client=self.described.get(connection.origin), identity=connection.identity,
+                    acks=connection.acks.fd if connection.acks is not None else -1)
         try:
             link.handoff.send_move(connection._fd, move)
         except OSError as err:
@@ -466,10 +488,13 @@ class Router:
         except Exception:
             log.exception("taking back a %s connection failed", move.protocol)
             os.close(fd)
+            if move.acks >= 0:
+                os.close(move.acks)
             self.clients -= 1
             self._forget(move.origin)
             return
         connection.moves = move.moves
+        connection.acks = adopt(move.acks)
         if self.access is not None:   # admitted where it was accepted: it keeps its identity
             connection.identity = move.identity
             connection.permissions = self.access.permissions(move.identity)
@@ -788,15 +813,6 @@ class Router:
 #: no dict of methods in a class body that mypyc compiles).
 _MERGERS: Final[Dict[str, Callable[[Router, Sequence[Any]], Merger]]] = {
     "inspect_server": Router._merge_server, "inspect_queues": Router._merge_queues}
-
-
-def _peer_host(connection: Connection) -> str:
-    """The client's IP address ("" if the socket no longer knows it)."""
-    try:
-        peer = connection.sock.getpeername()
-    except OSError:
-        return ""
-    return str(peer[0]) if isinstance(peer, tuple) and peer else ""
 
 
 def _spare_descriptor() -> Optional[int]:

@@ -5,6 +5,12 @@ A request for this shard's queues (or a job it holds, or a number it made)
 is executed at once; one it cannot serve alone is held until nothing of the
 connection is in flight, and the connection goes back to the router that
 sent it, from that request on (see :mod:`queueserver.router.router`).
+
+A connection accepted on a TLS port comes here before its handshake, and
+this shard terminates its TLS: it admits the client (its identity, from the
+access file) and serves it with no hop, as a plain one. Its TLS state
+cannot leave this process, so what goes back to the router is a plaintext
+stream that this shard relays (:mod:`queueserver.net.tlsrelay`).
 Parked requests (a blocking lease, ``result``, ``run``) wait in the engine
 under a token of their own, like a router's requests.
 """
@@ -14,7 +20,7 @@ import itertools
 import logging
 import time
 from abc import abstractmethod
-from typing import Any, Callable, Dict, Final, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Final, Optional, Sequence, Set, Tuple
 
 from gevent import socket
 from mypy_extensions import trait
@@ -25,8 +31,12 @@ from ..engine.requests import AddRequest, with_id
 from ..engine.status import Reply
 from ..engine.views import undo_delivery
 from ..net.connection import MUST_MOVE, SERVE, ClientConnection, refused_for_job
+from ..net.admission import admit
 from ..net.handoff import Gone, HandoffChannel, Move
+from ..net.relayacks import RelayAcks, adopt
 from ..net.hangups import HangupWatch
+from ..net.tls import TLSConfigError, TLSFiles, TLSServing, server_context
+from ..net.tlsrelay import TLSRelay
 from ..protocols import codec_class
 from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command, StreamCodec
 from ..metrics.uses import Uses, note_command
@@ -98,22 +108,39 @@ class DirectServer:
         self.records: Dict[int, ClientRecord] = {}
         #: the access rules (None: no access file): a moved connection keeps its identity here
         self.access: Optional[AccessControl] = None
+        #: the TLS files, and what a TLS connection handed over starts with (None: no TLS here)
+        self.tls_files: Optional[TLSFiles] = None
+        self.tls: Optional[TLSServing] = None
+        #: TLS connections served elsewhere, whose TLS this shard relays
+        self.relays: Set[TLSRelay] = set()
 
     def use_access(self, path: str) -> None:
         """Check moved connections' requests against the access file at ``path``."""
         self.access = AccessControl(load_access(path))
 
+    def use_tls(self, files: TLSFiles, handshake_timeout: float) -> None:
+        """Terminate the TLS connections routers hand over with ``files``
+        (:class:`TLSConfigError` if they cannot be used)."""
+        self.tls_files = files
+        self.tls = TLSServing(server_context(files), handshake_timeout)
+
     def reload(self) -> None:
-        """SIGHUP: read the access file again (a file that cannot be used
-        leaves the rules as they were)."""
-        if self.access is None:
-            return
-        try:
-            self.access.replace(load_access(self.access.path))
-        except AccessError as err:
-            log.error("the access rules stay as they were: %s", err)
-        else:
-            log.info("access rules reloaded from %s", self.access.path)
+        """SIGHUP: read the access and TLS files again (a file that cannot be
+        used leaves what it gave as it was; open connections keep theirs)."""
+        if self.access is not None:
+            try:
+                self.access.replace(load_access(self.access.path))
+            except AccessError as err:
+                log.error("the access rules stay as they were: %s", err)
+            else:
+                log.info("access rules reloaded from %s", self.access.path)
+        if self.tls is not None and self.tls_files is not None:
+            try:
+                self.tls = self.tls._replace(context=server_context(self.tls_files))
+            except TLSConfigError as err:
+                log.error("keeping the TLS certificate in use: %s", err)
+            else:
+                log.info("new TLS connections use the certificate %s read again", self.tls_files.certificate)
 
     # ------------------------------------------------------------ arriving
     def arrived(self, channel: HandoffChannel, fd: int, move: Move) -> None:
@@ -123,12 +150,21 @@ class DirectServer:
         a job handed to a client that is gone comes back (see
         :mod:`queueserver.net.connection`)."""
         sock = socket.socket(fileno=fd)
+        if move.tls and self.tls is None:   # (a router with TLS, a shard without: not started so)
+            log.warning("a TLS connection was handed over, but this shard has no TLS files: closing it")
+            sock.close()
+            channel.send_gone(move.origin)
+            return
         codec: StreamCodec = codec_class(move.protocol)(**move.options)
         codec.restore(move.state)
-        connection: Connection = ClientConnection(self, sock, codec, move.protocol, None, move.limits,
-                                                  move.origin)
+        connection: Connection = ClientConnection(self, sock, codec, move.protocol,
+                                                  _peer_of(sock) if move.tls else None, move.limits,
+                                                  move.origin, tls=self.tls if move.tls else None)
         connection.moves = move.moves
-        if self.access is not None:   # admitted where it was accepted: it keeps its identity
+        connection.acks = adopt(move.acks)
+        # a TLS connection is admitted here after its handshake (see admit); a
+        # plain one was admitted where it was accepted, and keeps its identity
+        if not move.tls and self.access is not None:
             connection.identity = move.identity
             connection.permissions = self.access.permissions(move.identity)
         self._homes[connection.id] = (channel, move.router, move.options)
@@ -203,8 +239,10 @@ class DirectServer:
         self.shard.schedule_after_batch()
 
     def admit(self, connection: Connection) -> Optional[str]:
-        """A moved connection was admitted where it was accepted."""
-        return None
+        """A TLS connection handed over before its handshake is admitted
+        here, once the handshake is done (a plain one was admitted where it
+        was accepted, and is never asked)."""
+        return admit(self.access, connection)
 
     # ------------------------------------------------------------- leaving
     def withdraw(self, token: Token) -> None:
@@ -255,12 +293,40 @@ class DirectServer:
         move = Move(connection.protocol, options, state, unread, connection.origin, router,
                     connection.moves, connection.limits,
                     client=record.description() if record is not None else None,
-                    identity=connection.identity)
+                    identity=connection.identity,
+                    acks=connection.acks.fd if connection.acks is not None else -1)
+        if connection.tls is not None:
+            return self._relay(connection, channel, move)
         try:
             channel.send_move(connection._fd, move)
         except OSError as err:
             log.warning("handing a connection back failed: %s", err)
             return False
+        return True
+
+    def _relay(self, connection: Connection, channel: HandoffChannel, move: Move) -> bool:
+        """Hand back a TLS connection as plaintext: the router gets one end of
+        a socket pair, and this shard relays between it and the client."""
+        assert connection.tls is not None
+        try:
+            acks = RelayAcks.create()
+        except OSError as err:
+            log.warning("relaying a TLS connection failed: %s", err)
+            return False
+        inner, outer = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            channel.send_move(outer.fileno(), move._replace(acks=acks.fd))   # (duplicates go)
+        except OSError as err:
+            log.warning("handing a TLS connection back failed: %s", err)
+            inner.close()
+            acks.close()
+            return False
+        finally:
+            outer.close()
+        relay = TLSRelay(connection.sock, connection.tls, inner, acks,
+                         f"connection {connection.origin} of router {move.router}", self.relays.discard)
+        self.relays.add(relay)
+        relay.start()
         return True
 
     def _let_go(self, connection: Connection, closed: bool) -> Optional[ClientRecord]:
@@ -279,6 +345,14 @@ class DirectServer:
 
     def on_gone(self, gone: Gone) -> None:
         """Routers send shards no such note."""
+
+
+def _peer_of(sock: socket.socket) -> object:
+    """The client's address as the socket gives it (None if it is gone already)."""
+    try:
+        return sock.getpeername()
+    except OSError:
+        return None
 
 
 def _peer(sock: socket.socket) -> str:

@@ -27,6 +27,7 @@ from ..lifecycle import (EXIT_DEPOSED, EXIT_REFUSED, die_with_supervisor, settle
 from ..metrics.control import control_path, serve_control
 from ..net import linkauth
 from ..net.handoff import handoff_path
+from ..net.tls import DEFAULT_HANDSHAKE_TIMEOUT, TLSFiles
 from ..store import StoreError
 from ..store.writer import SLOW_SYNC_MS
 from .clustering import ShardInCluster
@@ -107,6 +108,12 @@ def main(argv: Optional[List[str]] = None) -> None:
                              "every shard (default: ids are claimed at their homes by messages)")
     parser.add_argument("--access", metavar="FILE",
                         help="the access file: connections moved here are checked against it")
+    parser.add_argument("--tls-certificate", metavar="FILE",
+                        help="terminate TLS connections the routers hand over with this certificate")
+    parser.add_argument("--tls-key", metavar="FILE")
+    parser.add_argument("--tls-client-ca", metavar="FILE")
+    parser.add_argument("--tls-handshake-timeout", type=float, default=DEFAULT_HANDSHAKE_TIMEOUT,
+                        metavar="SECONDS")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     setup_logging(args.log_level, f"shard-{args.index}")
@@ -129,6 +136,10 @@ def main(argv: Optional[List[str]] = None) -> None:
                       HostIds(args.host_ids_fd) if args.host_ids_fd is not None else None, args.fsync_in_loop)
         if args.access is not None:
             shard.direct.use_access(args.access)
+        if args.tls_certificate is not None and args.tls_key is not None:
+            shard.direct.use_tls(TLSFiles(args.tls_certificate, args.tls_key, args.tls_client_ca),
+                                 args.tls_handshake_timeout)
+        if args.access is not None or args.tls_certificate is not None:
             gevent.signal_handler(signal.SIGHUP, shard.direct.reload)   # the supervisor passes SIGHUP on
         if shard.durability is not None:
             shard.recover()
@@ -143,7 +154,7 @@ def main(argv: Optional[List[str]] = None) -> None:
                 except ValueError as err:   # groups.Deposed: another node was promoted meanwhile
                     log.warning("shard %d does not start here: %s", cluster.me.ordinal, err)
                     sys.exit(EXIT_DEPOSED)
-    # a bad access file (ValueError), a damaged or unusable log, a bad cluster file, secret or cert
+    # a bad access file or TLS file (ValueError), a damaged or unusable log, a bad cluster file, secret or cert
     except (StoreError, ValueError, OSError) as err:
         log.error("shard %d cannot start: %s", args.index, err)
         with open(args.socket + ".refused", "w") as f:
