@@ -6,7 +6,7 @@ ARGS   ?=
 # apt-get needs root: sudo where we are not root and sudo exists.
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
-.PHONY: run test venv dev browser clean loadtest bench bench-cores bench-tls-c10k crash-test failover-test bench-spark bench-cluster bench-replication bench-failover docs
+.PHONY: run test venv dev browser clean loadtest bench bench-cores bench-tls bench-tls-c10k crash-test failover-test bench-spark bench-cluster bench-replication bench-failover docs
 .DEFAULT_GOAL := venv
 
 # Stamps in the venv. MADE is written last when the venv is made, so a
@@ -139,6 +139,11 @@ bench: venv
 # (random ids, 64 queues), beanstalkd and Redis in the same run (about 1.5 min; ARGS="--quick", "--repeat 3", "--profile DIR").
 bench-cores: venv
 	$(BIN)/python loadtests/bench_cores.py $(ARGS)
+
+# Server CPU per job cycle with workq over TLS beside plain, at 1 and 2 shards, each shard count with the
+# direct path (shards terminate TLS) and forwarded (--no-direct-path: the router does); about 2 min.
+bench-tls: venv
+	PYTHONPATH=$(CURDIR) $(BIN)/python loadtests/cycle_cpu.py --shards 1 2 --tls --both-paths --repeat 2 --duration 5 $(ARGS)
 
 # 10,000 idle TLS connections held while the cycle load runs over TLS and plain: memory per idle connection,
 # p99 with and without them, nothing refused (about 2 min; ARGS="--idle 2000", "--shards 2", "--client-ca").

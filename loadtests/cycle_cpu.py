@@ -11,6 +11,7 @@ while the load runs, as collapsed stacks (one text file per shard).
     .venv/bin/python loadtests/cycle_cpu.py --shards 1 --durable [--no-history]
     .venv/bin/python loadtests/cycle_cpu.py --shards 1 2 --tls   # plain and TLS, side by side
     .venv/bin/python loadtests/cycle_cpu.py --shards 1 2 --tls --forwarded   # both through the router
+    .venv/bin/python loadtests/cycle_cpu.py --shards 1 2 --tls --both-paths  # each with and without the direct path
 """
 from __future__ import annotations
 
@@ -48,18 +49,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--tls", action="store_true",
                         help="each shard count plain, then with workq's port over TLS (what TLS costs)")
     parser.add_argument("--forwarded", action="store_true",
-                        help="serve with --no-direct-path: plain connections stay in the router, as TLS ones "
-                             "always do (the hop's cost apart from the encryption's)")
+                        help="serve with --no-direct-path: every connection stays in the router, which "
+                             "terminates TLS (the hop's cost apart from the encryption's)")
+    parser.add_argument("--both-paths", action="store_true",
+                        help="each row with the direct path (shards terminate TLS) and then forwarded")
     args = parser.parse_args(argv)
     opts = bench.parse_args(["--duration", str(args.duration)])
     py_spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
     print(f"# {BUILD}")   # the servers run the same tree: compiled or not, as this process
-    print(f"{'shards':>6} {'tls':>4} {'cycles/s':>9} {'router µs':>10} {'shards µs':>10} {'server µs':>10} "
-          f"{'kernel':>7}")
+    print(f"{'shards':>6} {'tls':>4} {'path':>9} {'cycles/s':>9} {'router µs':>10} {'shards µs':>10} "
+          f"{'server µs':>10} {'kernel':>7}")
+    paths = [False, True] if args.both_paths else [args.forwarded]
     for run in range(args.repeat):
-        for shards, tls in [(shards, tls) for shards in args.shards for tls in ([False, True] if args.tls else [False])]:
+        for shards, forwarded, tls in [(shards, forwarded, tls) for shards in args.shards for forwarded in paths
+                                       for tls in ([False, True] if args.tls else [False])]:
             with bench.OurServer(shards, durable=args.durable, history=not args.no_history, tls=tls,
-                                 extra=["--no-direct-path"] if args.forwarded else []) as server:
+                                 extra=["--no-direct-path"] if forwarded else []) as server:
                 spies = []
                 if args.profile:
                     os.makedirs(args.profile, exist_ok=True)
@@ -84,7 +89,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             system = sum(after[r][1] - before[r][1] for r in pids)
             router = sum(v for k, v in per.items() if not k.startswith("shard"))
             shard = sum(v for k, v in per.items() if k.startswith("shard"))
-            print(f"{shards:>6} {'yes' if tls else 'no':>4} {result['ops_per_s']:>9,.0f} {router:>10.1f} {shard:>10.1f} "
+            print(f"{shards:>6} {'yes' if tls else 'no':>4} {'forwarded' if forwarded else 'direct':>9} "
+                  f"{result['ops_per_s']:>9,.0f} {router:>10.1f} {shard:>10.1f} "
                   f"{router + shard:>10.1f} {100 * system / max(user + system, 1e-9):>6.0f}%", flush=True)
     return 0
 

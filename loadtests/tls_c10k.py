@@ -1,17 +1,19 @@
 """C10K over TLS: idle TLS connections held while the cycle load runs.
 
-Why: a TLS connection never moves to its shard, so the router keeps every
-one, with its TLS state, for as long as it is open. What a crowd of idle
-ones costs is the router's memory per connection and whatever it does to
-the clients that work; and a crowd must be held whole (nothing refused,
-every one still served at the end).
+Why: a TLS connection keeps its TLS state, for as long as it is open, in
+the process that did its handshake: with the direct path the shard it was
+handed to, else the router. What a crowd of idle ones costs is that
+memory per connection and whatever it does to the clients that work; and
+a crowd must be held whole (nothing refused, every one still served at
+the end).
 
 One server, workq's TLS port beside its plain one (``--client-ca``: client
 certificates required), ``max_connections`` above the crowd. First the
 cycle load (``bench.py``'s workload 1) over TLS and over plain with no
 crowd; then ``--idle`` TLS connections are opened by ``--holders``
-processes, each handshake done, and left idle; the router's memory (PSS)
-before and after, divided by their number, is each one's cost; the same
+processes, each handshake done, and left idle; the server's memory (PSS,
+all its processes) before and after, divided by their number, is each
+one's cost (the router's and the shards' shares apart); the same
 loads run again beside them; at the end every idle connection sends one
 request and must get its answer. Loopback only; every step is bounded.
 
@@ -209,14 +211,16 @@ def main(argv: Optional[List[str]] = None) -> int:
             answered, problem = crowd.answered()
         refusals = [line for line in server.server.log().splitlines() if REFUSAL_LINES.search(line)]
     per_router = (after["router"] - before["router"]) / max(1, opened)
+    per_shards = sum(after[role] - before[role] for role in after if role.startswith("shard")) / max(1, opened)
     per_server = (sum(after.values()) - sum(before.values())) / max(1, opened)
     print(bench.table(["idle crowd", "load port", "cycles/s", "p50 µs", "p99 µs", "router µs/cycle",
                        "shards µs/cycle", "errors"], rows))
     print(f"\n{opened:,} of {args.idle:,} idle TLS connections opened in {open_s:.1f} s "
           f"({opened / max(open_s, 1e-9):,.0f} handshakes/s, {args.holders} holder processes"
           f"{', client certificates' if args.client_ca else ''}); {failed} failed{': ' + first_failure if failed else ''}")
-    print(f"router PSS {before['router'] / 2**20:.1f} MiB -> {after['router'] / 2**20:.1f} MiB: "
-          f"{per_router / 1024:.1f} KiB per idle TLS connection ({per_server / 1024:.1f} KiB over all processes)")
+    print(f"server PSS {sum(before.values()) / 2**20:.1f} MiB -> {sum(after.values()) / 2**20:.1f} MiB: "
+          f"{per_server / 1024:.1f} KiB per idle TLS connection (router {per_router / 1024:.1f} KiB, "
+          f"shards {per_shards / 1024:.1f} KiB)")
     print(f"{answered:,} of {opened:,} idle connections answered one request at the end"
           f"{'; first problem: ' + problem if problem else ''}")
     print(f"server log: {len(refusals)} refusal lines" + "".join(f"\n  {line}" for line in refusals[:5]))

@@ -7,6 +7,7 @@ rules of a TCP connection kept: a lease whose records the client's kernel
 never acknowledged comes back when it resets, one it read stays leased."""
 from __future__ import annotations
 
+import json
 import re
 import socket
 import ssl
@@ -18,7 +19,7 @@ from typing import Iterator, List
 import pytest
 
 from queueserver.net.tls import TLSSession
-from tests.serverproc import ServerProcess, wait_for
+from tests.serverproc import ServerProcess, http_get, wait_for
 from tests.tls_certs import CA, Issued
 from tests.wire import Wire, add, inspect_field, names_on_distinct_shards, new_id, qname
 
@@ -195,3 +196,31 @@ def test_a_relayed_connection_that_sends_its_fin_gets_every_answer_then_close_no
     time.sleep(0.3)
     assert all(inspect_field(plain, id, "state") != b"0" for id in ids)
     plain.close()
+
+
+def test_status_and_metrics_count_the_relays(one_shard: ServerProcess, certs: Certificates) -> None:
+    def relays() -> int:
+        shards = json.loads(http_get(one_shard, "/status"))["shards"]
+        return int(shards[0]["tls_relays"])
+    wait_for(lambda: relays() == 0, 10, "earlier tests' relays to end")
+    with relayed_connection(one_shard, certs):
+        wait_for(lambda: relays() == 1, 10, "the relay to be counted")
+        assert re.search(rb'^queueserver_tls_relays\{node="[^"]*",shard="0"\} 1\.0$', http_get(one_shard, "/metrics"),
+                         re.M)
+    wait_for(lambda: relays() == 0, 10, "the relay to end with its client")
+
+
+def test_without_the_direct_path_the_router_terminates_tls(certs: Certificates) -> None:
+    with ServerProcess(shards=2, protocols=["workq"], extra=[*certs.flags(), "--no-direct-path"],
+                       log_level="debug") as proc:
+        a, b = names_on_distinct_shards(2, 2)
+        with certs.connect(proc) as sock:
+            w = Wire(sock)
+            for queue in (a, b):
+                id = new_id()
+                assert w.call(add(id, queue, b"r")) == b"+OK\r\n"
+                assert w.call(f"lease {queue} 1000\r\n".encode()) == f"+OK 1\r\n{id} {queue} 1\r\nr\r\n".encode()
+                assert w.call(f"complete {id} 0\r\n\r\n".encode()) == b"+OK\r\n"
+        wait_for(lambda: executed_by(proc, a) and executed_by(proc, b), 10, "the debug lines")
+        assert set(executed_by(proc, a) + executed_by(proc, b)) == {"router"}
+        assert re.search(r"router DEBUG connection \d+: TLSv1\.[23] handshake done", proc.log())

@@ -53,10 +53,10 @@ TRAFFIC_COUNTERS: Tuple[Literal["accepted", "bytes_received", "bytes_sent"], ...
 #: event-loop turns that executed any; ``make bench-cores`` takes their differences)
 ShardGauge = Literal["jobs", "queues", "log_bytes", "connections", "slots_owned", "history_bytes",
                      "history_segments", "link_frames_sent", "shard_link_frames", "requests",
-                     "request_turns"]
+                     "request_turns", "tls_relays"]
 SHARD_GAUGES: Tuple[ShardGauge, ...] = ("jobs", "queues", "log_bytes", "connections", "slots_owned",
                                         "history_bytes", "history_segments", "link_frames_sent",
-                                        "shard_link_frames", "requests", "request_turns")
+                                        "shard_link_frames", "requests", "request_turns", "tls_relays")
 STATES = ("ready", "scheduled", "leased", "finished")
 NCOUNTERS = len(COUNTERS)
 OTHER = "other"
@@ -106,6 +106,7 @@ class ShardStatus(TypedDict):
     shard_link_frames: NotRequired[int]
     requests: NotRequired[int]
     request_turns: NotRequired[int]
+    tls_relays: NotRequired[int]
 
 
 class RouterStatus(TypedDict):
@@ -546,6 +547,8 @@ def families(status: Status) -> List[Metric]:
     log_records = counter("queueserver_log_records_total", "Records appended to the shard's log.",
                           ["shard"])
     slots = gauge("queueserver_slots_owned", "Cluster slots the shard owns.", ["shard"])
+    relays = gauge("queueserver_tls_relays", "TLS connections whose TLS the shard terminated and "
+                                             "relays, as plaintext, to where they are served.", ["shard"])
     up = gauge("queueserver_shard_up", "Whether the shard answered this scrape.", ["shard"])
     jobs = gauge("queueserver_jobs", "Jobs the shard holds.", ["shard"])
     history_bytes = gauge("queueserver_history_bytes", "Bytes of the shard's job history files.",
@@ -568,6 +571,7 @@ def families(status: Status) -> List[Metric]:
         if shard["up"]:
             jobs.add_metric([node, label], shard["jobs"])
             slots.add_metric([node, label], shard["slots_owned"])
+            relays.add_metric([node, label], shard["tls_relays"])
             if shard["durable"]:
                 log_bytes.add_metric([node, label], shard["log_bytes"])
             if shard["history"]:

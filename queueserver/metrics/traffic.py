@@ -14,12 +14,15 @@ RECEIVED: Final = 0
 SENT: Final = 1
 ACCEPTED: Final = 2
 OPEN: Final = 3
+RELAYS: Final = 4
 
 #: bytes received from clients, bytes of answers written to them, connections
-#: accepted (by a router's listener), connections served in this process now.
-COUNTS: Final = [0, 0, 0, 0]
+#: accepted (by a router's listener), connections served in this process now,
+#: TLS connections this process relays to where they are served (a shard's: see
+#: :mod:`queueserver.net.tlsrelay`).
+COUNTS: Final = [0, 0, 0, 0, 0]
 
 
 def snapshot() -> Dict[str, int]:
     return {"bytes_received": COUNTS[RECEIVED], "bytes_sent": COUNTS[SENT],
-            "accepted": COUNTS[ACCEPTED], "connections": COUNTS[OPEN]}
+            "accepted": COUNTS[ACCEPTED], "connections": COUNTS[OPEN], "tls_relays": COUNTS[RELAYS]}

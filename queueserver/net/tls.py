@@ -14,11 +14,14 @@ private to its owner), every failure one line naming the file.
 """
 from __future__ import annotations
 
+import logging
 import os
 import ssl
 from typing import Any, Callable, Final, List, NamedTuple, Optional, Tuple
 
 from ..privatefile import PrivateFileError, read_private, read_regular
+
+log: Final = logging.getLogger("queueserver.tls")
 
 #: The first byte of a TLS record carrying a handshake (a ClientHello starts with it).
 HANDSHAKE_RECORD: Final = 0x16
@@ -257,3 +260,17 @@ class TLSServing(NamedTuple):
     long its handshake may take."""
     context: ssl.SSLContext
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
+
+
+def reloaded(serving: TLSServing, files: TLSFiles, who: str) -> TLSServing:
+    """SIGHUP: ``serving`` with a context of ``files`` read again, for new
+    connections (open ones keep theirs); files that cannot be used leave it
+    as it is. Either way one line, naming ``who`` reads them."""
+    try:
+        context = server_context(files)
+    except TLSConfigError as err:
+        log.error("%s: keeping the TLS certificate in use: %s", who, err)
+        return serving
+    log.info("%s: new TLS connections use the certificate %s read again%s", who, files.certificate,
+             f" (client CA {files.client_ca})" if files.client_ca else "")
+    return serving._replace(context=context)

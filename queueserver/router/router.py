@@ -20,7 +20,9 @@ request for every shard); the router serves it from then on, and may hand
 it on again later. A connection moves at most :data:`MAX_MOVES` times, so a
 client that keeps mixing shards ends up simply forwarded. Every connection
 stays counted by the router that accepted it until it closes, wherever it
-is served.
+is served. A TLS connection goes to a shard before its handshake, unread
+(:meth:`Router._tls_to_shard`): the shard terminates its TLS, and relays
+it as plaintext if it must come back (:mod:`queueserver.net.tlsrelay`).
 
 Why one module, though over 600 lines: it is one class, the path of a
 client's command from its codec to its shard and back, read in that order;
@@ -54,7 +56,7 @@ from ..net.handoff import Gone, Move
 from ..net.relayacks import adopt
 from ..net.hangups import HangupWatch
 from ..net.refusals import RefusalLog
-from ..net.tls import TLSConfigError, TLSFiles, TLSServing, server_context
+from ..net.tls import TLSFiles, TLSServing, reloaded, server_context
 from ..protocols.base import ALL, BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command, StreamCodec
 from ..links.directory import SHARED
 from .jobcache import JobCache
@@ -418,17 +420,8 @@ class Router:
         """Read the certificate, key and client CA again into a new context
         for new connections; open ones keep theirs. Files that cannot be used
         leave the context in use as it is."""
-        if self.tls is None or self.tls_files is None:
-            return
-        try:
-            context = server_context(self.tls_files)
-        except TLSConfigError as err:
-            log.error("router %d: keeping the TLS certificate in use: %s", self.index, err)
-            return
-        self.tls = self.tls._replace(context=context)
-        log.info("router %d: new TLS connections use the certificate %s read again%s", self.index,
-                 self.tls_files.certificate,
-                 f" (client CA {self.tls_files.client_ca})" if self.tls_files.client_ca else "")
+        if self.tls is not None and self.tls_files is not None:
+            self.tls = reloaded(self.tls, self.tls_files, f"router {self.index}")
 
     def after_requests(self) -> None:
         """Frames leave once per loop turn anyway: nothing to do here."""
@@ -443,7 +436,7 @@ class Router:
         """Whether ``command`` is better served by its shard, directly."""
         if not self.direct_path or connection.moves >= MAX_MOVES or connection.slots \
                 or connection.writer.queued or connection.tls is not None:
-            return SERVE   # off, moved enough, not movable now, or TLS (its state lives here)
+            return SERVE   # off, moved enough, not movable now, or TLS whose state lives here
         route = command.route
         if route == BY_NAME:
             shard = self.shard_for(command.key)

@@ -35,11 +35,12 @@ from ..net.admission import admit
 from ..net.handoff import Gone, HandoffChannel, Move
 from ..net.relayacks import RelayAcks, adopt
 from ..net.hangups import HangupWatch
-from ..net.tls import TLSConfigError, TLSFiles, TLSServing, server_context
+from ..net.tls import TLSFiles, TLSServing, reloaded, server_context
 from ..net.tlsrelay import TLSRelay
 from ..protocols import codec_class
 from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command, StreamCodec
 from ..metrics.uses import Uses, note_command
+from ..metrics.traffic import COUNTS as _TRAFFIC, RELAYS
 from ..links.clients import VIA_DIRECT, ClientRecord, peer_address
 from .history import HistoryWriter
 
@@ -135,12 +136,7 @@ class DirectServer:
             else:
                 log.info("access rules reloaded from %s", self.access.path)
         if self.tls is not None and self.tls_files is not None:
-            try:
-                self.tls = self.tls._replace(context=server_context(self.tls_files))
-            except TLSConfigError as err:
-                log.error("keeping the TLS certificate in use: %s", err)
-            else:
-                log.info("new TLS connections use the certificate %s read again", self.tls_files.certificate)
+            self.tls = reloaded(self.tls, self.tls_files, "shard")
 
     # ------------------------------------------------------------ arriving
     def arrived(self, channel: HandoffChannel, fd: int, move: Move) -> None:
@@ -324,8 +320,9 @@ class DirectServer:
         finally:
             outer.close()
         relay = TLSRelay(connection.sock, connection.tls, inner, acks,
-                         f"connection {connection.origin} of router {move.router}", self.relays.discard)
+                         f"connection {connection.origin} of router {move.router}", self._relay_ended)
         self.relays.add(relay)
+        _TRAFFIC[RELAYS] += 1
         relay.start()
         return True
 
@@ -345,6 +342,10 @@ class DirectServer:
 
     def on_gone(self, gone: Gone) -> None:
         """Routers send shards no such note."""
+
+    def _relay_ended(self, relay: TLSRelay) -> None:
+        self.relays.discard(relay)
+        _TRAFFIC[RELAYS] -= 1
 
 
 def _peer_of(sock: socket.socket) -> object:
