@@ -75,13 +75,14 @@ def _hold(spec: LoadSpec, count: int, pipe: Any) -> None:
 
 
 def _answered(socks: List[Any]) -> Tuple[int, str]:
-    """Send each connection one request that reaches a shard (a job that is
-    not there); how many answered it, and the first thing that went wrong."""
+    """Send each connection one request for a queue that is not there (at 1
+    shard, the shard that terminated its TLS answers it); how many answered
+    it, and the first thing that went wrong."""
     sent = []
     problem = ""
     for sock in socks:
         try:
-            sock.sendall(b"inspect job %s\r\n" % str(uuid.uuid4()).encode())
+            sock.sendall(b"inspect queue idle-%s\r\n" % str(uuid.uuid4()).encode())
             sent.append(sock)
         except OSError as err:
             problem = problem or f"send: {err}"

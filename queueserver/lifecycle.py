@@ -5,6 +5,7 @@ import ctypes
 import gc
 import logging
 import os
+import resource
 import signal
 import sys
 from typing import List
@@ -39,6 +40,18 @@ def python_command() -> List[str]:
 def setup_logging(level: str, name: str) -> None:
     logging.basicConfig(level=level.upper(), stream=sys.stderr,
                         format=f"%(asctime)s {name} %(levelname)s %(message)s")
+
+
+def raise_descriptor_limit() -> None:
+    """Clients are descriptors (a router's, and a shard's: connections handed
+    to it, TLS relays): use all the hard limit allows, as servers do."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as err:
+            logging.getLogger("queueserver").warning("could not raise the file descriptor limit from %d: %s",
+                                                     soft, err)
 
 
 def supervisor_pid() -> int:

@@ -754,7 +754,8 @@ class ClientConnection(Generic[Pending, Owned]):
         if acks is not None:   # where the next process starts writing into the relay's pair
             acks.note_written(self._written_before + self._written)
         if not self.server.move(self, command, unread, state):
-            log.warning("connection %d could not be moved; closing it", self.id)
+            refusals.note("move", f"a {self.protocol} connection could not be moved to serve its request; "
+                                  f"closing it")
             self.server.client_left(self)
             relayed = False
         self._let_go_of_acks()   # (a duplicate went along)

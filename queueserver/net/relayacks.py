@@ -64,12 +64,19 @@ class RelayAcks:
     def note_written(self, offset: int) -> None:
         _FIELD.pack_into(self._map, _WRITTEN, offset)
 
+    def keep_mapping_only(self) -> None:
+        """Close the descriptor (it went to the served side), keeping the
+        memory mapped: the relay only writes, and never passes it on."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
     def close(self) -> None:
         """This process's copy (the memory lives while another holds it)."""
         try:
             self._map.close()
         finally:
-            os.close(self.fd)
+            self.keep_mapping_only()
 
 
 def adopt(fd: int) -> "RelayAcks | None":

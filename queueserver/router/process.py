@@ -12,7 +12,6 @@ import argparse
 import json
 import logging
 import os
-import resource
 import signal
 import sys
 import time
@@ -22,7 +21,7 @@ import gevent
 
 from .. import memwatch
 from ..access import AccessError
-from ..lifecycle import die_with_supervisor, settle_gc, setup_logging, stop_event
+from ..lifecycle import die_with_supervisor, raise_descriptor_limit, settle_gc, setup_logging, stop_event
 from ..net.tls import TLSConfigError, TLSFiles
 from .config import RouterConfig
 from .router import Router
@@ -30,16 +29,6 @@ from .router import Router
 log: Final = logging.getLogger("queueserver.router")
 
 CONNECT_TIMEOUT: Final = 10.0        # seconds a router waits for this host's shards before it serves
-
-
-def _raise_descriptor_limit() -> None:
-    """Clients are descriptors: use all the hard limit allows, as servers do."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        except (ValueError, OSError) as err:
-            log.warning("could not raise the file descriptor limit from %d: %s", soft, err)
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -51,7 +40,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     setup_logging(args.log_level, "router")
     stop = stop_event()
     config: RouterConfig = json.loads(args.config)   # the supervisor's, as JSON
-    _raise_descriptor_limit()
+    raise_descriptor_limit()
     arguments = (config.get("options"), config.get("index", 0), config.get("routers", 1),
                  config.get("limits"), config.get("direct_path", False), config.get("history", False))
     router: Router

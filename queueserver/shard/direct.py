@@ -30,7 +30,7 @@ from ..engine import Engine
 from ..engine.requests import AddRequest, with_id
 from ..engine.status import Reply
 from ..engine.views import undo_delivery
-from ..net.connection import MUST_MOVE, SERVE, ClientConnection, refused_for_job
+from ..net.connection import MUST_MOVE, SERVE, ClientConnection, refusals, refused_for_job
 from ..net.admission import admit
 from ..net.handoff import Gone, HandoffChannel, Move
 from ..net.relayacks import RelayAcks, adopt
@@ -306,19 +306,25 @@ class DirectServer:
         assert connection.tls is not None
         try:
             acks = RelayAcks.create()
-        except OSError as err:
-            log.warning("relaying a TLS connection failed: %s", err)
+        except (OSError, ValueError) as err:   # (out of descriptors or memory: the connection closes)
+            refusals.note("tls-relay", f"relaying a TLS connection failed: {err}")
             return False
-        inner, outer = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            inner, outer = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        except OSError as err:
+            refusals.note("tls-relay", f"relaying a TLS connection failed: {err}")
+            acks.close()
+            return False
         try:
             channel.send_move(outer.fileno(), move._replace(acks=acks.fd))   # (duplicates go)
         except OSError as err:
-            log.warning("handing a TLS connection back failed: %s", err)
+            refusals.note("tls-relay", f"handing a TLS connection back failed: {err}")
             inner.close()
             acks.close()
             return False
         finally:
             outer.close()
+        acks.keep_mapping_only()
         relay = TLSRelay(connection.sock, connection.tls, inner, acks,
                          f"connection {connection.origin} of router {move.router}", self._relay_ended)
         self.relays.add(relay)

@@ -22,7 +22,8 @@ import gevent
 
 from .. import memwatch
 from ..cluster.clusterfile import ClusterSpec, ShardSpec, load_cluster
-from ..lifecycle import (EXIT_DEPOSED, EXIT_REFUSED, die_with_supervisor, settle_gc, setup_logging,
+from ..lifecycle import (EXIT_DEPOSED, EXIT_REFUSED, die_with_supervisor, raise_descriptor_limit, settle_gc,
+                         setup_logging,
                          stop_event)
 from ..metrics.control import control_path, serve_control
 from ..net import linkauth
@@ -117,6 +118,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     setup_logging(args.log_level, f"shard-{args.index}")
+    raise_descriptor_limit()
     cluster: Optional[ShardInCluster] = None
     try:
         if args.cluster:
