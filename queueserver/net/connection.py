@@ -38,6 +38,9 @@ A job handed over counts as delivered once its answer is out:
   :data:`LINGER_SECONDS`), every lease whose answer the client's kernel did
   not acknowledge is given back, at its place. (One that did reach a client
   which then vanished would run out anyway: nothing is lost either way.)
+  On a TLS relay's plaintext pair (:mod:`.tlsrelay`), the relay, which holds
+  the client's TCP socket, says what its kernel acknowledged and whether it
+  reset (:mod:`.relayacks`).
 * A take (queued's ``DEQUE``, TaskFlux's dequeue: destructive, no
   acknowledgement to come) once its answer's last byte went to the kernel,
   as in the original servers. A client that read it whole may reset before

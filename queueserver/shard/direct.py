@@ -11,6 +11,7 @@ this shard terminates its TLS: it admits the client (its identity, from the
 access file) and serves it with no hop, as a plain one. Its TLS state
 cannot leave this process, so what goes back to the router is a plaintext
 stream that this shard relays (:mod:`queueserver.net.tlsrelay`).
+
 Parked requests (a blocking lease, ``result``, ``run``) wait in the engine
 under a token of their own, like a router's requests.
 """
