@@ -224,3 +224,23 @@ def test_without_the_direct_path_the_router_terminates_tls(certs: Certificates) 
         wait_for(lambda: executed_by(proc, a) and executed_by(proc, b), 10, "the debug lines")
         assert set(executed_by(proc, a) + executed_by(proc, b)) == {"router"}
         assert re.search(r"router DEBUG connection \d+: TLSv1\.[23] handshake done", proc.log())
+
+
+def test_a_relayed_connection_keeps_the_identity_its_shard_gave_it(certs: Certificates, tmp_path: Path) -> None:
+    """Admitted by the shard after its handshake (by its address here: no
+    client certificate), the client is the same identity wherever its
+    requests go once relayed: refused where it may not produce, still served."""
+    acl = tmp_path / "access.toml"
+    acl.write_text('[identities.local]\nnetworks = ["127.0.0.1/32"]\nproduce = ["mine.*"]\nconsume = ["mine.*"]\n'
+                   'inspect = ["*"]\n')
+    with ServerProcess(shards=1, protocols=["workq"], extra=[*certs.flags(), "--acl", str(acl)],
+                       log_level="debug") as proc:
+        mine, theirs = qname("mine."), qname("theirs.")
+        with relayed_connection(proc, certs) as sock:
+            w = Wire(sock)
+            id = new_id()
+            assert w.call(add(id, mine, b"m")) == b"+OK\r\n"
+            assert w.call(add(new_id(), theirs, b"t")) == \
+                f"-CLIENT-ERROR Permission denied: local may not produce queue {theirs}\r\n".encode()
+            assert w.call(f"lease {mine} 1000\r\n".encode()) == f"+OK 1\r\n{id} {mine} 1\r\nm\r\n".encode()
+        assert re.search(r"shard-0 DEBUG connection \d+ moves at inspect_server", proc.log())
