@@ -21,7 +21,7 @@ import pytest
 from queueserver.net.tls import TLSSession
 from tests.serverproc import ServerProcess, http_get, wait_for
 from tests.tls_certs import CA, Issued
-from tests.wire import Wire, add, inspect_field, names_on_distinct_shards, new_id, qname
+from tests.wire import Wire, add, inspect_field, names_on_distinct_shards, new_id, qname, server_stat
 
 
 class Certificates:
@@ -244,3 +244,39 @@ def test_a_relayed_connection_keeps_the_identity_its_shard_gave_it(certs: Certif
                 f"-CLIENT-ERROR Permission denied: local may not produce queue {theirs}\r\n".encode()
             assert w.call(f"lease {mine} 1000\r\n".encode()) == f"+OK 1\r\n{id} {mine} 1\r\nm\r\n".encode()
         assert re.search(r"shard-0 DEBUG connection \d+ moves at inspect_server", proc.log())
+
+
+def _few_descriptors() -> None:
+    import resource
+    resource.setrlimit(resource.RLIMIT_NOFILE, (300, 300))
+
+
+def test_out_of_descriptors_a_connection_to_relay_is_closed_and_counted_out(certs: Certificates) -> None:
+    """With descriptors for a few relays only, 220 TLS connections all ask
+    for a relay at once: each is answered or closed at once (none left
+    unserved), the log says so in a few lines, and once they are gone the
+    server counts none of them as a client any more."""
+    with ServerProcess(shards=1, protocols=["workq"], extra=certs.flags(), preexec=_few_descriptors) as proc:
+        counter = Wire(socket.create_connection((proc.host, proc.ports["workq"]), timeout=10))
+        socks = [certs.connect(proc) for _ in range(220)]
+        for sock in socks:
+            sock.sendall(b"inspect server\r\n")
+        answered = closed = 0
+        for sock in socks:
+            try:
+                got = sock.recv(100)
+            except (ssl.SSLError, ConnectionError):
+                got = b""
+            if got.startswith(b"+OK 1\r\n"):
+                answered += 1
+            else:
+                assert got == b"", got
+                closed += 1
+        assert answered > 0 and closed > 0, (answered, closed)   # (else the limit did not bite)
+        for sock in socks:
+            sock.close()
+        assert len(re.findall(r"relaying a TLS connection failed|handing a TLS connection back failed",
+                              proc.log())) <= 10
+        wait_for(lambda: server_stat(counter, "active-clients") == 1, 10,
+                 lambda: f"the clients to be counted out: {server_stat(counter, 'active-clients')} active")
+        counter.close()

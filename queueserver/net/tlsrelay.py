@@ -205,9 +205,9 @@ class TLSRelay:
 
     # -------------------------------------------------------------- ending
     def _end(self, why: Optional[str], client_lost: bool = False) -> None:
-        """Close both sides (once); if the ``client_lost`` its connection
-        (a reset, a failed write, broken TLS), the served side learns which
-        answers it acknowledged, and that no more will be (before its pair closes)."""
+        """Close both sides (once). If ``client_lost`` (a reset, a failed
+        write, broken TLS), the served side learns first which answers the
+        client's kernel acknowledged, and that no more will be."""
         if self._ended:
             return
         self._ended = True

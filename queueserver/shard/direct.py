@@ -279,27 +279,34 @@ class DirectServer:
                           connection.origin, err)
 
     def move(self, connection: Connection, command: Command, unread: bytes, state: Dict[str, Any]) -> bool:
-        """Hand ``connection`` back to its router, from ``command`` on."""
-        home = self._homes.pop(connection.id, None)
-        self.clients -= 1
-        record = self._let_go(connection, closed=False)
+        """Hand ``connection`` back to its router, from ``command`` on. If
+        that fails, the connection closes (its ``client_left`` tells the
+        router, which still counts it)."""
+        home = self._homes.get(connection.id)
         if home is None:
             return False
         channel, router, options = home
         self.shard.flush_links()   # what it caused goes first
+        record = self.records.get(connection.id)
         move = Move(connection.protocol, options, state, unread, connection.origin, router,
                     connection.moves, connection.limits,
                     client=record.description() if record is not None else None,
                     identity=connection.identity,
                     acks=connection.acks.fd if connection.acks is not None else -1)
         if connection.tls is not None:
-            return self._relay(connection, channel, move)
-        try:
-            channel.send_move(connection._fd, move)
-        except OSError as err:
-            log.warning("handing a connection back failed: %s", err)
-            return False
-        return True
+            moved = self._relay(connection, channel, move)
+        else:
+            try:
+                channel.send_move(connection._fd, move)
+                moved = True
+            except OSError as err:
+                refusals.note("move", f"handing a connection back failed: {err}")
+                moved = False
+        if moved:   # served elsewhere from now on
+            del self._homes[connection.id]
+            self.clients -= 1
+            self._let_go(connection, closed=False)
+        return moved
 
     def _relay(self, connection: Connection, channel: HandoffChannel, move: Move) -> bool:
         """Hand back a TLS connection as plaintext: the router gets one end of
