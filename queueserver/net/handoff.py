@@ -21,10 +21,14 @@ import msgpack
 import gevent
 from gevent.queue import Queue
 
+from .refusals import RefusalLog
+
 log = logging.getLogger(__name__)
+_drops = RefusalLog(log)   # connections lost in transit: a few lines per interval, however many
 
 CHUNK = 65536                    # unread bytes per message
 _MAX_MESSAGE = CHUNK + 16384
+_TRUNCATED = socket.MSG_TRUNC | socket.MSG_CTRUNC
 
 
 class Move(NamedTuple):
@@ -129,17 +133,22 @@ class HandoffChannel:
                     moving = None if missing <= 0 else (fd, move, parts, missing)
                     if moving is None:
                         on_move(fd, move._replace(unread=b"".join(parts), more=0))
-                elif kind == "move" and len(fds) in (1, 2) and not flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+                elif kind == "move":
                     move = Move(*body)
-                    if (move.acks >= 0) != (len(fds) == 2):
-                        raise ValueError(f"a move with {len(fds)} descriptors and acks {move.acks}")
-                    fd = fds.pop(0)
-                    if fds:   # the relay's counters, as this process holds them
-                        move = move._replace(acks=fds.pop(0))
-                    if move.more:
-                        moving = (fd, move, [move.unread], move.more)
+                    if len(fds) != (2 if move.acks >= 0 else 1) or flags & _TRUNCATED:
+                        # its connection is lost (out of descriptors?): whichever end counts it lets go
+                        _drops.note("move", f"dropped a connection handed over with {len(fds)} descriptors"
+                                            f"{' (out of descriptors?)' if flags & socket.MSG_CTRUNC else ''}")
+                        on_gone(Gone(move.origin))
+                        self.send_gone(move.origin)
                     else:
-                        on_move(fd, move)
+                        fd = fds.pop(0)
+                        if fds:   # the relay's counters, as this process holds them
+                            move = move._replace(acks=fds.pop(0))
+                        if move.more:
+                            moving = (fd, move, [move.unread], move.more)
+                        else:
+                            on_move(fd, move)
                 elif kind == "gone":
                     on_gone(Gone(body))
                 else:
