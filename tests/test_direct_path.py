@@ -134,3 +134,30 @@ def test_a_shards_direct_connections_close_with_it_and_are_counted_out():
         counter.close()
     finally:
         proc.stop()
+
+
+def test_a_connection_that_cannot_go_back_ends_what_ends_with_it():
+    """A goqueue client reserves a job on its shard's direct path; its router
+    dies, so when it then names another shard's queue its connection cannot
+    go back and is closed: its reservation ends with it (the job is ready
+    again at once, not after its time to process)."""
+    from test_binary_protocols_server import GoWire, g_add, g_reserve, reserved_fields
+    proc = ServerProcess(shards=2, protocols=["goqueue", "workq"], extra=["--direct-path"],
+                         log_level="debug").start()
+    try:
+        a, b = names_on_distinct_shards(2, 2)
+        g = GoWire(proc.connect("goqueue"))
+        id = g.add(a, ttp=600)
+        wait_for(lambda: " moves at " in proc.log(), 10, "the connection to move to its shard")
+        assert reserved_fields(g.call(g_reserve(a)))[0] == id
+        router = proc.child_pids()["router"]
+        os.kill(router, signal.SIGKILL)
+        wait_for(lambda: proc.child_pids()["router"] != router, 20, "the router to restart")
+        g.send(g_add(b))   # another shard's queue: the connection would go back to a router that is gone
+        with pytest.raises(ConnectionError):
+            g.reply()
+        other = GoWire(proc.connect("goqueue"))
+        assert reserved_fields(other.call(g_reserve(a, timeout=5)))[0] == id
+        other.close()
+    finally:
+        proc.stop()

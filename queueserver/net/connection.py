@@ -759,6 +759,7 @@ class ClientConnection(Generic[Pending, Owned]):
         if not self.server.move(self, command, unread, state):
             refusals.note("move", f"a {self.protocol} connection could not be moved to serve its request; "
                                   f"closing it")
+            self._withdraw()   # what ends with the connection ends (goqueue's reservations)
             self.server.client_left(self)
             relayed = False
         self._let_go_of_acks()   # (a duplicate went along)
