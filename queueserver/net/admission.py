@@ -11,8 +11,12 @@ from __future__ import annotations
 import socket
 from typing import Final, Optional, Protocol, Tuple
 
-from ..access import AccessControl, Permissions
+import logging
+
+from ..access import AccessControl, AccessError, Permissions, load
 from ..metrics.refusals import CONNECT, UNKNOWN, refused
+
+log: Final = logging.getLogger("queueserver.access")
 
 #: What an unknown client is told (in its protocol's refusal form) before it is closed.
 UNKNOWN_CLIENT: Final = "Unknown client: not allowed to connect"
@@ -44,6 +48,19 @@ def admit(access: Optional[AccessControl], connection: Admitted) -> Optional[str
     connection.identity = permissions.identity
     connection.permissions = permissions
     return None
+
+
+def reload_rules(access: Optional[AccessControl], who: str) -> None:
+    """SIGHUP: read the access file again, in one line naming ``who`` reads
+    it; a file that cannot be used leaves the rules as they were."""
+    if access is None:
+        return
+    try:
+        access.replace(load(access.path))
+    except AccessError as err:
+        log.error("%s: the access rules stay as they were: %s", who, err)
+    else:
+        log.info("%s: access rules reloaded from %s", who, access.path)
 
 
 def peer_host(sock: socket.socket) -> str:

@@ -43,7 +43,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, Final, List, Optional, S
 import gevent
 from gevent import socket
 
-from ..access import AccessControl, AccessError, load as load_access
+from ..access import AccessControl, load as load_access
 from ..engine.ops import HISTORY_NAMES_CLIENT
 from ..engine.requests import AddRequest, RunRequest, with_id
 from ..engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR, Reply
@@ -51,7 +51,7 @@ from ..engine.views import as_lease, undo_delivery
 from ..protocols import codec_class as load_codec
 from ..placement import shard_for
 from ..net.connection import MAY_MOVE, SERVE, ClientConnection, refused_for_job
-from ..net.admission import admit
+from ..net.admission import admit, reload_rules
 from ..net.handoff import Gone, Move
 from ..net.relayacks import adopt
 from ..net.hangups import HangupWatch
@@ -251,10 +251,7 @@ class Router:
                     log.exception("setting up a %s connection failed", protocol)
                     conn.close()
                     continue
-                self.clients += 1
-                self.described[client.origin] = describe(client.origin, protocol, peer_address(peer),
-                                                         time.time_ns() // 1000, self.key)
-                self._report_clients()
+                self._count_in(client.origin, self._describe(client.origin, protocol, peer))
                 client.start()
 
         watcher.start(accept)
@@ -277,7 +274,7 @@ class Router:
         self._tls_turn += 1
         assert link.handoff is not None
         origin = self.new_connection_id()
-        description = describe(origin, protocol, peer_address(peer), time.time_ns() // 1000, self.key)
+        description = self._describe(origin, protocol, peer)
         move = Move(protocol, self.options.get(protocol, {}), {}, b"", origin, self.index, 0,
                     {"max_outstanding_bytes": self.max_outstanding_bytes, "max_payload": self.max_payload},
                     client=description, tls=True)
@@ -288,11 +285,19 @@ class Router:
             log.warning("handing a TLS connection to shard %d failed (serving it here): %s", link.index, err)
             return False
         conn.close()
+        link.moved.add(origin)
+        self._count_in(origin, description)
+        return True
+
+    def _describe(self, origin: int, protocol: str, peer: Any) -> Description:
+        """A new connection's description (who it is, since when), as the console and history name it."""
+        return describe(origin, protocol, peer_address(peer), time.time_ns() // 1000, self.key)
+
+    def _count_in(self, origin: int, description: Description) -> None:
+        """A connection accepted here: counted (wherever it is served) and described until it closes."""
         self.clients += 1
         self.described[origin] = description
-        link.moved.add(origin)
         self._report_clients()
-        return True
 
     @staticmethod
     def _refuse(conn: stdsocket.socket, codec_class: Type[StreamCodec], message: str, tls: bool) -> None:
@@ -380,13 +385,7 @@ class Router:
 
     def _reload_access(self) -> None:
         """Read the access file again; one that cannot be used leaves the rules as they were."""
-        if self.access is not None:
-            try:
-                self.access.replace(load_access(self.access.path))
-            except AccessError as err:
-                log.error("router %d: the access rules stay as they were: %s", self.index, err)
-            else:
-                log.info("router %d: access rules reloaded from %s", self.index, self.access.path)
+        reload_rules(self.access, f"router {self.index}")
 
     def execute_for_job(self, connection: Connection, command: Command, callback: Callback) -> Pending:
         """A request naming a job by id or number, by a client whose identity

@@ -26,13 +26,13 @@ from typing import Any, Callable, Dict, Final, Optional, Sequence, Set, Tuple
 from gevent import socket
 from mypy_extensions import trait
 
-from ..access import AccessControl, AccessError, load as load_access
+from ..access import AccessControl, load as load_access
 from ..engine import Engine
 from ..engine.requests import AddRequest, with_id
 from ..engine.status import Reply
 from ..engine.views import undo_delivery
 from ..net.connection import MUST_MOVE, SERVE, ClientConnection, refusals, refused_for_job
-from ..net.admission import admit
+from ..net.admission import admit, reload_rules
 from ..net.handoff import Gone, HandoffChannel, Move
 from ..net.relayacks import RelayAcks, adopt
 from ..net.hangups import HangupWatch
@@ -129,13 +129,7 @@ class DirectServer:
     def reload(self) -> None:
         """SIGHUP: read the access and TLS files again (a file that cannot be
         used leaves what it gave as it was; open connections keep theirs)."""
-        if self.access is not None:
-            try:
-                self.access.replace(load_access(self.access.path))
-            except AccessError as err:
-                log.error("the access rules stay as they were: %s", err)
-            else:
-                log.info("access rules reloaded from %s", self.access.path)
+        reload_rules(self.access, "shard")
         if self.tls is not None and self.tls_files is not None:
             self.tls = reloaded(self.tls, self.tls_files, "shard")
 
