@@ -111,26 +111,28 @@ class Homes:
         if host_ids is None and home == self.index and self.home.ready \
                 and self.home.entries.shard_of(id) is None:
             return reply   # at home here, and no other shard's job has the id
-        settle = self._settle
-
-        def verdict(result: Reply) -> None:
-            if result[0] == SERVER_ERROR:
-                # The home is out of reach: a shard that is down must not stop
-                # adds to every live queue. The id is taken as new; the home
-                # learns of the job when its link is back (_peer_up).
-                self.unreachable(home, result, (id,))
-                result = GRANTED
-            settle(id, token, reply, result)
-
         if host_ids is not None:
-            self._check_others(id, key, others, [], verdict)
+            self._check_others(id, key, others, [], partial(self._verdict, home, id, token, reply))
         elif home == self.index:
-            self.home.claim(id, self.index, lambda granted: verdict(GRANTED if granted else DUPLICATE))
+            self.home.claim(id, self.index, partial(self._home_verdict, id, token, reply))
         elif self.peers is None:
             return reply
         else:
-            self.peers.claim(id, verdict)
+            self.peers.claim(id, partial(self._verdict, home, id, token, reply))
         return None
+
+    # (bound methods in partials, not closures: see idhome's claims)
+    def _home_verdict(self, id: str, token: Token, reply: Optional[Reply], granted: bool) -> None:
+        self._settle(id, token, reply, GRANTED if granted else DUPLICATE)
+
+    def _verdict(self, home: int, id: str, token: Token, reply: Optional[Reply], result: Reply) -> None:
+        if result[0] == SERVER_ERROR:
+            # The home is out of reach: a shard that is down must not stop
+            # adds to every live queue. The id is taken as new; the home
+            # learns of the job when its link is back (_peer_up).
+            self.unreachable(home, result, (id,))
+            result = GRANTED
+        self._settle(id, token, reply, result)
 
     def _check_others(self, id: str, key: int, others: List[int], checked: List[int],
                       verdict: Callable[[Reply], None]) -> None:
@@ -320,17 +322,9 @@ class Homes:
             self.home.register(ids, self.index)
             results([[OK, True]] * len(ids))
             return
-        out: List[Reply] = [GRANTED] * len(ids)
-        left = [len(ids)]
-
-        def one(i: int, granted: bool) -> None:
-            out[i] = GRANTED if granted else DUPLICATE
-            left[0] -= 1
-            if left[0] == 0:
-                results(out)
-
-        for i, id in enumerate(ids):
-            self.home.claim(id, self.index, partial(one, i))
+        home, index = self.home, self.index
+        verdicts = [home.claim_now(id, index) for id in ids]
+        ClaimVerdicts(verdicts, partial(_as_replies, results)).ask_the_rest(home, ids, index)
 
     def cluster_view(self, request: List[Any]) -> Dict[str, Any]:
         """The control socket's ``["cluster", ...]``: what the supervisor's
@@ -352,19 +346,9 @@ class Homes:
     def _claims(self, send: Send, args: Any) -> None:
         """Another shard made jobs with ids homed here: a verdict for each."""
         shard, ids = args
-        verdicts: List[Optional[bool]] = [None] * len(ids)   # each set before they are sent
-        left = [len(ids)]
-
-        def one(i: int, granted: bool) -> None:
-            verdicts[i] = granted
-            left[0] -= 1
-            if left[0] == 0:
-                send([OK, verdicts])
-
-        for i, id in enumerate(ids):
-            self.home.claim(id, shard, partial(one, i))
-        if not ids:
-            send([OK, []])
+        home = self.home
+        verdicts = [home.claim_now(id, shard) for id in ids]
+        ClaimVerdicts(verdicts, partial(_send_verdicts, send)).ask_the_rest(home, ids, shard)
 
     def _locate(self, send: Send, args: Any) -> None:
         """Which shard holds the job of an id homed here (a router asks)."""
@@ -396,6 +380,43 @@ class Homes:
         if not owners:
             return None
         return owners[0] if len(owners) == 1 else SHARED
+
+
+class ClaimVerdicts:
+    """The verdicts on one batch of claims: most are given at once
+    (:meth:`.idhome.IdHome.claim_now`); the rest (a home not ready yet, an
+    entry to check) come later, and ``done(verdicts)`` is called once all
+    are in."""
+
+    def __init__(self, verdicts: List[Optional[bool]], done: Callable[[List[Optional[bool]]], None]) -> None:
+        self.verdicts = verdicts
+        self.done = done
+        self.left = 0
+
+    def ask_the_rest(self, home: IdHome, ids: List[str], shard: int) -> None:
+        """Claim at ``home``, for ``shard``, each id with no verdict yet."""
+        verdicts = self.verdicts
+        rest = [i for i, verdict in enumerate(verdicts) if verdict is None]
+        if not rest:
+            self.done(verdicts)
+            return
+        self.left = len(rest)
+        for i in rest:
+            home.claim(ids[i], shard, partial(self._one, i))
+
+    def _one(self, i: int, granted: bool) -> None:
+        self.verdicts[i] = granted
+        self.left -= 1
+        if self.left == 0:
+            self.done(self.verdicts)
+
+
+def _send_verdicts(send: Send, verdicts: List[Optional[bool]]) -> None:
+    send([OK, verdicts])
+
+
+def _as_replies(results: Callable[[List[Reply]], None], verdicts: List[Optional[bool]]) -> None:
+    results([GRANTED if granted else DUPLICATE for granted in verdicts])
 
 
 #: The requests a shard answers as the home of ids (the operations

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from typing import Any, Callable, Dict, Final, Iterable, List, Optional, Set
 
 from ..engine.status import NOT_FOUND, Reply
@@ -96,34 +97,53 @@ class IdHome:
             self._check_ready()
 
     # --------------------------------------------------------------- claims
+    # No closures here: compiled, a nested function and its environment
+    # refer to each other, and a claim per add would leave that cycle to the
+    # cycle collector (a young collection every few thousand adds).
     def claim(self, id: str, shard: int, verdict: Verdict) -> None:
         """``shard`` made a job ``id``: grant it if no other live job has the id."""
-        self._when_ready(lambda: self._claim(id, shard, verdict))
+        if self._ready:
+            self._claim(id, shard, verdict)
+        else:
+            self._waiting.append(partial(self._claim, id, shard, verdict))
+            self._check_ready()
+
+    def claim_now(self, id: str, shard: int) -> Optional[bool]:
+        """The verdict on ``shard``'s claim of ``id`` if it can be given at
+        once (the id granted: True; held here: False), else None: the home is
+        not ready, the id is being checked, or another shard's entry has its
+        hash (then :meth:`claim` asks that shard)."""
+        if not self._ready or id in self._checking:
+            return None
+        if shard != self.index and self._holds(id):
+            return False
+        known = self.entries.shard_of(id)
+        if known is None or known == shard or known == self.index:
+            # (an entry of this shard's own jobs is never kept: stale)
+            self._grant(id, shard)
+            return True
+        return None
 
     def _claim(self, id: str, shard: int, verdict: Verdict) -> None:
-        if id in self._checking:   # a conflict being checked: in line after it
-            self._checking[id].append(lambda: self._claim(id, shard, verdict))
-            return
-        if shard != self.index and self._holds(id):
-            verdict(False)
-            return
+        granted = self.claim_now(id, shard)
+        if granted is not None:
+            verdict(granted)
+        elif id in self._checking:   # a conflict being checked: in line after it
+            self._checking[id].append(partial(self._claim, id, shard, verdict))
+        else:
+            self._check(id, shard, verdict)
+
+    def _check(self, id: str, shard: int, verdict: Verdict) -> None:
+        """Another shard's entry (or a shared hash) has the hash of ``id``:
+        is that job still there? Claims of the id wait meanwhile."""
         known = self.entries.shard_of(id)
-        if known is None or known == shard:
-            self._grant(id, shard)
-            verdict(True)
-            return
-        if known == self.index:   # an entry of this shard's own jobs is never kept: stale
-            self._grant(id, shard)
-            verdict(True)
-            return
-        # Another shard's (or a shared hash): is the job still there?
         self._checking[id] = []
-        others = [known] if known != SHARED else sorted(self._peers)
+        others = [known] if known is not None and known != SHARED else sorted(self._peers)
 
         def checked(found: bool) -> None:
             waiting = self._checking.pop(id, [])
             if not found:
-                if known != SHARED:
+                if known is not None and known != SHARED:
                     self.entries.forget(id, known)
                 self._grant(id, shard)
             verdict(not found)

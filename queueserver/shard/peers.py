@@ -48,6 +48,24 @@ Results = Callable[[List[Reply]], None]
 Local = Callable[[str, List[str], Results], None]
 
 
+class _Gathered:
+    """The replies of one :meth:`Peers.route` whose ids have several homes,
+    put back in the ids' order; ``results(replies)`` once every home answered."""
+
+    def __init__(self, count: int, homes: int, results: Results) -> None:
+        self.out: List[Reply] = [UNANSWERED] * count
+        self.left = homes
+        self.results = results
+
+    def part(self, positions: List[int], replies: List[Reply]) -> None:
+        out = self.out
+        for position, reply in zip(positions, replies):
+            out[position] = reply
+        self.left -= 1
+        if self.left == 0:
+            self.results(out)
+
+
 class Peers:
     """Links from shard ``index`` to every other shard of ``addresses``;
     ``slots``: in a cluster, the map of which shard serves each slot."""
@@ -170,39 +188,36 @@ class Peers:
             else:
                 self._send_claims(home, part)
 
+    # The claims' path (a frame per home per loop turn, with every add of a
+    # client's id) takes bound methods in partials, never closures: compiled,
+    # a nested function and its environment refer to each other, a cycle
+    # left to the cycle collector.
     def _send_claims(self, home: int, claims: List[Tuple[str, Verdict]]) -> None:
         self._claiming.add(home)
+        self._send(home, "claims", [id for id, _ in claims], partial(self._verdicts, home, claims), 0)
 
-        def verdicts(replies: List[Reply]) -> None:
-            self._claiming.discard(home)
-            held = self._claims_held.pop(home, None)
-            if held:
-                self._send_claims(home, held)
-            for (_, verdict), reply in zip(claims, replies):
-                verdict(reply)
-
-        self.route("claims", [id for id, _ in claims], verdicts)
+    def _verdicts(self, home: int, claims: List[Tuple[str, Verdict]], replies: List[Reply]) -> None:
+        self._claiming.discard(home)
+        held = self._claims_held.pop(home, None)
+        if held:
+            self._send_claims(home, held)
+        for (_, verdict), reply in zip(claims, replies):
+            verdict(reply)
 
     # ------------------------------------------------------------- routing
     def route(self, op: str, ids: List[str], results: Results, attempt: int = 0) -> None:
         """``op`` for each id at its home (one frame per home); ``results``
         once, with each id's reply in order."""
-        out: List[Reply] = [UNANSWERED] * len(ids)
         groups: Dict[int, List[int]] = {}
         for position, id in enumerate(ids):
             groups.setdefault(self.home_of(id), []).append(position)
-        left = [len(groups)]
-
-        def done(positions: List[int], replies: List[Reply]) -> None:
-            for position, reply in zip(positions, replies):
-                out[position] = reply
-            left[0] -= 1
-            if left[0] == 0:
-                results(out)
-
+        if len(groups) == 1:
+            home = next(iter(groups))
+            self._send(home, op, ids, results, attempt)
+            return
+        gathered = _Gathered(len(ids), len(groups), results)
         for home, positions in groups.items():
-            part = [ids[p] for p in positions]
-            self._send(home, op, part, partial(done, positions), attempt)
+            self._send(home, op, [ids[p] for p in positions], partial(gathered.part, positions), attempt)
 
     def _send(self, home: int, op: str, ids: List[str], done: Results, attempt: int) -> None:
         if home == self.index:
@@ -213,18 +228,25 @@ class Peers:
             done([unavailable(home)] * len(ids))
             return
         slots = [slot_of(id) for id in ids] if self.slots is not None else None
+        answered = partial(self._answered, op, ids, done, attempt)
+        if link.up or link.known_down:
+            link.call(op, [self.index, ids], answered, slots)
+        else:
+            self._when_up(link, partial(link.call, op, [self.index, ids], answered, slots))
 
-        def answered(reply: Reply) -> None:
-            if reply[0] == OK:
-                done([GRANTED if value is True else DUPLICATE if value is False else [OK, value]
-                      for value in reply[1]])
-            elif reply[0] == MOVED and attempt < MAX_REDIRECTS:
-                self._moved(reply[1], lambda: self.route(op, ids, done, attempt + 1), attempt)
-            else:
-                done([reply if reply[0] != MOVED else [SERVER_ERROR, "Queue is moving between shards"]]
-                     * len(ids))
-
-        self._when_up(link, lambda: link.call(op, [self.index, ids], answered, slots))
+    def _answered(self, op: str, ids: List[str], done: Results, attempt: int, reply: Reply) -> None:
+        """A home's answer to ``op`` for ``ids``: a reply for each, to ``done``."""
+        if reply[0] == OK:
+            out = [GRANTED if value is True else DUPLICATE if value is False else [OK, value]
+                   for value in reply[1]]
+            if len(out) < len(ids):   # a home that left some out (never, keeping the protocol)
+                out.extend([UNANSWERED] * (len(ids) - len(out)))
+            done(out)
+        elif reply[0] == MOVED and attempt < MAX_REDIRECTS:
+            self._moved(reply[1], partial(self.route, op, ids, done, attempt + 1), attempt)
+        else:
+            done([reply if reply[0] != MOVED else [SERVER_ERROR, "Queue is moving between shards"]]
+                 * len(ids))
 
     def _moved(self, where: List[Any], again: Callable[[], None], attempt: int) -> None:
         """A home gave a slot away: learn its owner (from the hint, or from
