@@ -97,9 +97,10 @@ class IdHome:
             self._check_ready()
 
     # --------------------------------------------------------------- claims
-    # No closures here: compiled, a nested function and its environment
-    # refer to each other, and a claim per add would leave that cycle to the
-    # cycle collector (a young collection every few thousand adds).
+    # No closures here: compiled (mypyc), a nested function that another
+    # nested function refers to is kept in their shared environment, which
+    # it refers to; a claim per add would leave that cycle to the cycle
+    # collector (a young collection every few thousand adds).
     def claim(self, id: str, shard: int, verdict: Verdict) -> None:
         """``shard`` made a job ``id``: grant it if no other live job has the id."""
         if self._ready:

@@ -190,8 +190,9 @@ class Peers:
 
     # The claims' path (a frame per home per loop turn, with every add of a
     # client's id) takes bound methods in partials, never closures: compiled,
-    # a nested function and its environment refer to each other, a cycle
-    # left to the cycle collector.
+    # a nested function that another one refers to (here the link's call
+    # waiting for the link) and their environment refer to each other, a
+    # cycle left to the cycle collector.
     def _send_claims(self, home: int, claims: List[Tuple[str, Verdict]]) -> None:
         self._claiming.add(home)
         self._send(home, "claims", [id for id, _ in claims], partial(self._verdicts, home, claims), 0)
