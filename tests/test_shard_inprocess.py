@@ -16,6 +16,7 @@ import pytest
 from inprocess import WAIT, LinkClient, eventually, names_by_shard
 from inprocess import leaks, link_factory, rundir, shard_factory  # noqa: F401 (fixtures)
 from queueserver.engine.job import LEASED, PENDING
+from queueserver.engine.requests import in_queue
 from queueserver.engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR, TIMEOUT
 from queueserver.engine.views import JobView, as_lease
 from queueserver.net.connection import MUST_MOVE, SERVE
@@ -86,6 +87,22 @@ def test_add_lease_complete_and_result_frames(link):
     assert link.call("result", first, 0) == [OK, [first, 1, b"done"]]
     assert as_lease(link.call("lease", ["q"], 0)[1]).id == second
     assert link.call("lease", ["q"], 0) == [TIMEOUT, ""]
+
+
+def test_a_job_named_for_one_queue_only_is_not_reached_in_another(link):
+    """What a router sends for a client its access rules allow on some
+    queues only, once it has asked the job's queue (``requests.in_queue``):
+    if meanwhile the job was deleted and one with the same id made in
+    another queue, that one is not found, not acted on."""
+    id = added(link.call("add", new_id(), "elsewhere", b"x"))
+    other, number = link.call("add", new_id(), "elsewhere", b"y")[1]
+    assert link.call("delete", *in_queue([id], "allowed")) == [NOT_FOUND, ""]
+    assert link.call("delete_number", *in_queue([number], "allowed")) == [NOT_FOUND, ""]
+    assert link.call("inspect_job", id)[0] == OK == link.call("inspect_job", other)[0]   # untouched
+    assert link.call("delete", *in_queue([id], "elsewhere"))[0] == OK              # its own queue: served
+    assert link.call("delete_number", *in_queue([number], "elsewhere"))[0] == OK
+    assert link.call("inspect_job", id) == [NOT_FOUND, ""] == link.call("inspect_job", other)
+    assert link.call("delete", *in_queue([fresh_id()], "allowed")) == [NOT_FOUND, ""]
 
 
 def test_a_frame_that_cannot_be_served_costs_only_that_frame(link):

@@ -9,7 +9,7 @@ interpreted call per request even when the callers are compiled.
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, TypeVar, Union
+from typing import Any, Dict, Final, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union
 
 
 class AddRequest(NamedTuple):
@@ -44,3 +44,18 @@ Request = TypeVar("Request", bound=Union[AddRequest, RunRequest])
 def with_id(args: Request, id: str) -> Request:
     """``args`` with the job id the server made (``args._replace(id=id)``)."""
     return tuple.__new__(type(args), (id, *args[1:]))
+
+
+#: The key of :func:`in_queue`'s arguments that names the queue.
+IN_QUEUE: Final = "in_queue"
+
+
+def in_queue(args: Sequence[Any], queue: str) -> Tuple[Dict[str, Any]]:
+    """The arguments of a request naming a job (by id or number, its key
+    first), to run only while that job is in ``queue``: a router checked its
+    client's permission on the job's queue with one question to the shard,
+    and a job deleted and made again with the same id in another queue
+    before the request arrives must not be reached (the shard finds no such
+    job instead; see ``Shard._serve_channel``). A single map, which no
+    request of the engine takes, says it."""
+    return ({IN_QUEUE: queue, "args": list(args)},)

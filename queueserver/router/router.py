@@ -45,7 +45,7 @@ from gevent import socket
 
 from ..access import AccessControl, load as load_access
 from ..engine.ops import HISTORY_NAMES_CLIENT
-from ..engine.requests import AddRequest, RunRequest, with_id
+from ..engine.requests import AddRequest, RunRequest, in_queue, with_id
 from ..engine.status import CLIENT_ERROR, NOT_FOUND, OK, SERVER_ERROR, Reply
 from ..engine.views import as_lease, undo_delivery
 from ..protocols import codec_class as load_codec
@@ -405,7 +405,9 @@ class Router:
             if reply[0] != OK:   # no such job (or no shard to ask): as the request itself would be
                 callback([NOT_FOUND, ""] if reply[0] == NOT_FOUND else reply)
             elif not refused_for_job(permissions, command, reply[1], callback):
-                checked.inner = self.execute(connection, command, callback)
+                # only while the job is still in the queue just checked
+                checked.inner = self.execute(connection, Command(
+                    command.op, in_queue(command.args, reply[1]), command.route, command.key), callback)
                 if checked.expired and checked.inner is not None:
                     self.cut_short(checked.inner)
 

@@ -48,7 +48,8 @@ from ..engine import Engine
 from ..engine.effects import Effects
 from ..engine.job import LEASED as JOB_LEASED
 from ..engine.ops import CLUSTER_OPS, ID_HOME_OPS, MAKES_JOBS
-from ..engine.status import OK, SERVER_ERROR, Reply
+from ..engine.requests import IN_QUEUE
+from ..engine.status import NOT_FOUND, OK, SERVER_ERROR, Reply
 from .durability import Durability
 from .replication import Replicator
 from .hostids import HostIds
@@ -381,14 +382,20 @@ class Shard(DirectHost):
             if on_request is not None:   # the id home's or the cluster's, not the engine's
                 on_request(self, inbound, req_id, op, args, frame[4] if len(frame) > 4 else None)
                 return
+            queue: Optional[str] = None
+            if args.__class__ is list and len(args) == 1 and args[0].__class__ is dict:   # requests.in_queue
+                queue, args = args[0][IN_QUEUE], args[0]["args"]
             if cluster is not None and self._misplaced(channel, req_id, args,
                                                        frame[4] if len(frame) > 4 else None):
                 return
-            try:
-                reply = execute(op, args, (cid, req_id), known.get(frame[3]) if len(frame) > 3 else None)
-            except Exception as err:  # a bug must not take the shard down
-                log.exception("shard %d: %s %r failed", self.index, op, args)
-                reply = [SERVER_ERROR, f"{type(err).__name__}"]
+            if queue is not None and self.engine.queue_of(args[0]) != queue:
+                reply: Optional[Reply] = [NOT_FOUND, ""]   # that job is gone: not this one
+            else:
+                try:
+                    reply = execute(op, args, (cid, req_id), known.get(frame[3]) if len(frame) > 3 else None)
+                except Exception as err:  # a bug must not take the shard down
+                    log.exception("shard %d: %s %r failed", self.index, op, args)
+                    reply = [SERVER_ERROR, f"{type(err).__name__}"]
             if reply is not None:
                 if op == "inspect_server" and reply[0] == 0:
                     reply[1]["router-clients"] = list(self.router_clients.values())
