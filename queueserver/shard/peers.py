@@ -230,10 +230,7 @@ class Peers:
             return
         slots = [slot_of(id) for id in ids] if self.slots is not None else None
         answered = partial(self._answered, op, ids, done, attempt)
-        if link.up or link.known_down:
-            link.call(op, [self.index, ids], answered, slots)
-        else:
-            self._when_up(link, partial(link.call, op, [self.index, ids], answered, slots))
+        self._when_up(link, partial(link.call, op, [self.index, ids], answered, slots))
 
     def _answered(self, op: str, ids: List[str], done: Results, attempt: int, reply: Reply) -> None:
         """A home's answer to ``op`` for ``ids``: a reply for each, to ``done``."""
