@@ -8,10 +8,9 @@ is counted as refused (``/metrics``) and told so in its protocol's form.
 """
 from __future__ import annotations
 
+import logging
 import socket
 from typing import Final, Optional, Protocol, Tuple
-
-import logging
 
 from ..access import AccessControl, AccessError, Permissions, load
 from ..metrics.refusals import CONNECT, UNKNOWN, refused

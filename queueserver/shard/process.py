@@ -23,8 +23,7 @@ import gevent
 from .. import memwatch
 from ..cluster.clusterfile import ClusterSpec, ShardSpec, load_cluster
 from ..lifecycle import (EXIT_DEPOSED, EXIT_REFUSED, die_with_supervisor, raise_descriptor_limit, settle_gc,
-                         setup_logging,
-                         stop_event)
+                         setup_logging, stop_event)
 from ..metrics.control import control_path, serve_control
 from ..net import linkauth
 from ..net.handoff import handoff_path
