@@ -23,7 +23,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional, Set
+from typing import Callable, Dict, Final, Iterable, List, Optional, Set
 
 from queueserver.client import Client
 from queueserver.client.client import ConnectionLost, TimedOut, WorkqError
@@ -159,6 +159,7 @@ class Load:
                     history.error(f"takeanumber add: {line[:40]!r}")
                     if not line:
                         raise ConnectionError("closed")
+                    self._pause()   # as the workq producer does on an error (a shard restarting)
             except OSError as err:
                 history.error(f"takeanumber add: {type(err).__name__}")
                 if sock is not None:
@@ -197,11 +198,23 @@ class Load:
         client.close()
 
 
-def drain(port: int, queues: List[str], quiet_ms: int = 2500, limit: float = 120.0,
+#: seconds a drain may take whatever is left, and per job it may have to take
+DRAIN_BASE: Final = 120.0
+DRAIN_PER_JOB: Final = 0.004   # a lease and a delete, each a round trip: ~1 ms here
+
+
+def drain_limit(jobs: int) -> float:
+    """How long a drain of up to ``jobs`` jobs may take before it is a hang
+    (a long kill run leaves a backlog of 100,000 jobs and more)."""
+    return DRAIN_BASE + DRAIN_PER_JOB * jobs
+
+
+def drain(port: int, queues: List[str], quiet_ms: int = 2500, limit: float = DRAIN_BASE,
           host: str = "127.0.0.1") -> List[str]:
     """Lease and delete every job left until none comes for ``quiet_ms``
     (longer than the TTR, so leases taken by workers that stopped come back
-    first): their tokens."""
+    first): their tokens. ``limit``: seconds before the drain fails (see
+    :func:`drain_limit`)."""
     tokens: List[str] = []
     deadline = time.monotonic() + limit
     with Client(host=host, port=port, timeout=10) as client:

@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from cluster_nodes import Nodes, write_secret
-from crash_history import History, Load, drain
+from crash_history import History, Load, drain, drain_limit
 from queueserver.client import Client
 from queueserver.client.client import WorkqError
 from queueserver.placement import SLOTS, initial_owners, slot_of
@@ -146,7 +146,7 @@ def _check(history: History, nodes: Nodes, names, via: str = "c") -> None:
         nodes.kill(name)
     nodes.start()
     host, port = nodes.address(via)
-    verdict = history.check(drain(port, names, host=host))
+    verdict = history.check(drain(port, names, host=host, limit=drain_limit(len(history.attempted))))
     assert verdict.acknowledged > 100, verdict.summary()
     assert not verdict.lost, verdict.summary()
     assert not verdict.unexpected, verdict.summary()

@@ -14,7 +14,7 @@ from typing import List
 import pytest
 
 from cluster_nodes import Nodes, ensure_loopback_aliases
-from crash_history import History, Load, drain
+from crash_history import History, Load, drain, drain_limit
 from etcd_server import EtcdServer, etcd  # noqa: F401 (the fixture)
 from queueserver.cluster import slotstore
 from queueserver.cluster.clusterfile import EtcdSpec, load_cluster
@@ -104,7 +104,7 @@ def _served_once(history: History, nodes: Nodes, names: List[str]) -> None:
     """Every acknowledged job comes out exactly once (nobody leased before:
     the drain is the only taker)."""
     host, port = nodes.address("c")
-    drained = drain(port, names, host=host)
+    drained = drain(port, names, host=host, limit=drain_limit(len(history.attempted)))
     verdict = history.check(drained)
     assert verdict.acknowledged > 50, verdict.summary()
     assert not verdict.lost and not verdict.unexpected, verdict.summary()
