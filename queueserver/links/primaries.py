@@ -96,9 +96,14 @@ class PrimaryPlaces:
         self.epochs[ordinal] = epoch
         self.nodes[ordinal] = node
         place: Address
+        same_shard = False
         local = self.local.get(ordinal) if node == self.node and not copy else None
         if local is not None:
             place = local
+            # Its home's TCP port here (where the link may have found it
+            # before etcd's word) is served by the same process as its
+            # socket while it is primary from home: no request is dropped.
+            same_shard = link.up and link.path == self.spec.address(node, ordinal)
         else:
             try:
                 place = self.spec.address(node, ordinal)
@@ -107,7 +112,7 @@ class PrimaryPlaces:
                             "%s does not allow; its link stays at %s", node, ordinal, epoch, self.spec.path,
                             where(link.path))
                 return
-        if link.follow(place):
+        if link.follow(place, same_shard):
             self.switches += 1
             log.warning("shard %d's primary is now %s (epoch %d), told by etcd: linking to %s",
                         ordinal, node, epoch, where(place))

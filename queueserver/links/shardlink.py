@@ -53,6 +53,9 @@ Places = Union[Address, List[Address]]
 LINK_PRIORITY: Final = 2          # libev's highest: before client sockets' watchers
 #: the note a shard sends its links as it stops cleanly (its drop is then no news)
 STOPPING: Final = "stopping"
+#: seconds a link moving to another way to the same shard waits for its
+#: requests in flight to be answered before it moves anyway
+MOVE_GRACE: Final = 5.0
 
 #: the client behind a request: its router's description of the connection
 #: (:data:`queueserver.links.clients.Description`, whose first item is its id);
@@ -128,6 +131,10 @@ class ShardLink:
         #: etcd says the node serving it holds no lease (see :mod:`.primaries`)
         self.lapsed = False
         self._wake = Event()           # set: the pause between two tries ends now (a new place)
+        #: where the link moves once no request is in flight (see :meth:`follow`)
+        self._moving_to: Address = None
+        self.move_grace = MOVE_GRACE
+        self._move_later: Optional["gevent.Greenlet[..., None]"] = None
         self._greenlet = gevent.spawn(self._run) if self.path is not None else None
         if faults.CUT_OFF_FILE is not None and any(isinstance(p, tuple) for p in self.paths):
             gevent.spawn(faults.watch, self._cut)
@@ -185,22 +192,78 @@ class ShardLink:
         if req_id in self.pending and self.channel is not None:
             self.channel.send([0, "cancel", req_id])
 
-    def follow(self, place: Address) -> bool:
+    def follow(self, place: Address, same_shard: bool = False) -> bool:
         """Etcd says the shard's primary serves at ``place``: it is tried
         first from now on, and at once (a link up at another place is
         dropped, its waiting requests answered as when a link fails).
-        Whether that was news (``place`` was not already tried first)."""
+        ``same_shard``: the link is up at another way to that very process
+        (its home's TCP port, where its Unix socket is named): nothing is
+        dropped; it moves once no request is in flight (or after
+        :data:`MOVE_GRACE`). Whether that was news (``place`` was not
+        already tried first)."""
         news = self.paths[0] != place
         if news:
             if place in self.paths:
                 self.paths.remove(place)
             self.paths.insert(0, place)
-        if self.path != place:
+        if self.path == place:
+            self._moving_to = None   # where it is: a move named before is off
+        elif same_shard and self.channel is not None:
+            if self._moving_to != place:
+                self._moving_to = place
+                if self.pending:
+                    self._cancel_move_later()
+                    self._move_later = gevent.spawn_later(self.move_grace, self._move, self.channel)
+                else:
+                    self._move(self.channel)
+        else:
             self.path = place
+            self._moving_to = None
             if self.channel is not None:
                 self.channel.close()   # the link's loop reconnects, to place
             self._wake.set()
         return news
+
+    def _move(self, channel: FrameChannel) -> None:
+        """Move to :attr:`_moving_to`, if ``channel`` is still the link's:
+        connect there first, then put the new channel in place of ``channel``
+        and close it (what is still in flight on it, after
+        :attr:`move_grace`, is answered "outcome unknown"). No request is
+        refused meanwhile, and the link never counts as down."""
+        if self._move_later is not gevent.getcurrent():
+            self._cancel_move_later()
+        self._move_later = None
+        place, self._moving_to = self._moving_to, None
+        if place is None or self.channel is not channel:
+            return   # moved already, or the link went down meanwhile (its loop reconnects there)
+        was, self.path = self.path, place
+        sock = self._connect()
+        if sock is None or self.channel is not channel:   # (it went down while connecting)
+            if sock is not None:
+                sock.close()
+            self.path = was   # where its channel is; the next connection tries place first
+            return
+        stale, self.pending = self.pending, {}
+        if stale:
+            log.warning("link to shard %d moves to %s with %d requests unanswered after %.0f s: "
+                        "their outcome is unknown", self.index, where(place), len(stale), self.move_grace)
+        self._channel_of(sock)
+        log.info("link to shard %d moved to %s (the same shard)", self.index, where(place))
+        # Its reader (the link's loop) ends at the end of the stream and goes
+        # on with the new channel; the shutdown makes that end, whatever the
+        # reader is doing now (a close from here may not wake it).
+        channel.writer.kill()
+        try:
+            channel.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            channel.close()   # (it was closed already)
+        for callback in stale.values():
+            callback(outcome_unknown(self.index))
+
+    def _cancel_move_later(self) -> None:
+        if self._move_later is not None:
+            self._move_later.kill(block=False)
+            self._move_later = None
 
     def drop(self) -> None:
         """Close the link now (its shard is gone, as etcd says): requests in
@@ -210,6 +273,7 @@ class ShardLink:
 
     def stop(self) -> None:
         self._clean_stop = "stopping"
+        self._cancel_move_later()
         if self._greenlet is not None:
             self._greenlet.kill(block=False)
         if self.channel is not None:
@@ -261,6 +325,8 @@ class ShardLink:
     def _run(self) -> None:
         self._refusal_logged = False
         while True:
+            if self._moving_to is not None:   # the link went down before it moved: go there now
+                self.path, self._moving_to = self._moving_to, None
             tried = self.path
             sock = self._connect()
             if sock is None:
@@ -276,25 +342,32 @@ class ShardLink:
             if self.path != tried:   # etcd named another place meanwhile: go there
                 sock.close()
                 continue
-            # Frames from a shard are handled before client requests that
-            # arrive in the same loop turn: a shard's note of a job it made
-            # directly is seen before a request its client sent after.
-            if hasattr(sock, "_read_event"):
-                sock._read_event.priority = LINK_PRIORITY
-            channel = FrameChannel(sock)
-            self.channel = channel
+            channel = self._channel_of(sock)
             self.failed = False
             self._was_up = True
-            self.introduced = set()   # a new channel: the shard knows no client of ours yet
             reader = None
             try:   # from here on, whatever ends the link (a kill too) closes it
                 log.info("connected to shard %d at %s", self.index, where(self.path))
-                reader = self._open_handoffs()
-                self._on_up(self)
-                channel.receive(self._handle)
+                while True:
+                    reader = self._open_handoffs()
+                    self._on_up(self)
+                    channel.receive(self._handle)
+                    moved = self.channel
+                    if moved is None or moved is channel:
+                        break   # the link is lost (or stops)
+                    # :meth:`_move` put another way to the same shard in place
+                    channel.close()
+                    if reader is not None:
+                        reader.kill(block=False)
+                    if self.handoff is not None:
+                        self.handoff.close()
+                        self.handoff = None
+                    channel = moved
             except Exception:  # an undecodable stream: drop the link and reconnect
                 log.exception("shard %d sent what cannot be decoded", self.index)
             finally:
+                if self.channel is not None and self.channel is not channel:
+                    self.channel.close()   # one a move made as the link stopped
                 self.channel = None
                 self.failed = True
                 channel.close()
@@ -313,6 +386,18 @@ class ShardLink:
                 self._on_down(self)
                 for callback in pending.values():
                     callback(outcome_unknown(self.index))
+
+    def _channel_of(self, sock: socket.socket) -> FrameChannel:
+        """``sock``, connected, as the link's channel from now on."""
+        # Frames from a shard are handled before client requests that
+        # arrive in the same loop turn: a shard's note of a job it made
+        # directly is seen before a request its client sent after.
+        if hasattr(sock, "_read_event"):
+            sock._read_event.priority = LINK_PRIORITY
+        channel = FrameChannel(sock)
+        self.channel = channel
+        self.introduced = set()   # a new channel: the shard knows no client of ours yet
+        return channel
 
     def _pause(self, seconds: float) -> None:
         """Between two tries: ``seconds``, or less if :meth:`follow` named a place."""
@@ -346,3 +431,5 @@ class ShardLink:
         callback = self.pending.pop(frame[0], None)
         if callback is not None:
             callback(frame[1])
+        if self._moving_to is not None and not self.pending and self.channel is not None:
+            self._move(self.channel)   # the last request in flight is answered: move now
