@@ -201,3 +201,36 @@ def test_a_primary_named_elsewhere_is_followed_at_once(shard):
         wait_until(lambda: link.up and link.path == shard.unix_path, "the link to follow")
     finally:
         link.stop()
+
+
+@pytest.mark.parametrize("family", ["unix", "tcp"])
+def test_a_channel_shut_from_another_greenlet_ends_its_reader(family):
+    """How a link ends a channel it no longer wants (a move, a primary
+    elsewhere, a node whose lease lapsed): the reader, waiting in another
+    greenlet, meets the end of the stream and returns; the peer sees it too."""
+    if family == "unix":
+        ours, theirs = socket.socketpair()
+    else:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        ours = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        ours.connect(listener.getsockname())
+        theirs, _ = listener.accept()
+        listener.close()
+    channel = FrameChannel(ours)
+    frames: List[Any] = []
+    reader = gevent.spawn(channel.receive, frames.append)
+    try:
+        peer = FrameChannel(theirs)
+        peer.send([0, "hello", {"shard": 0}])
+        wait_until(lambda: frames, "the first frame")
+        channel.shut()
+        reader.join(WAIT)
+        assert reader.dead and reader.successful()
+        assert theirs.recv(1) == b""   # the peer sees the end too
+        assert frames == [[0, "hello", {"shard": 0}]]
+    finally:
+        reader.kill()
+        channel.close()
+        theirs.close()

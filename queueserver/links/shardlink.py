@@ -142,7 +142,7 @@ class ShardLink:
     def _cut(self) -> None:
         """Fault injection: a link over TCP goes down while this node is cut off."""
         if self.channel is not None and isinstance(self.path, tuple):
-            self.channel.close()
+            self.channel.shut()
 
     @property
     def local(self) -> bool:
@@ -220,7 +220,7 @@ class ShardLink:
             self.path = place
             self._moving_to = None
             if self.channel is not None:
-                self.channel.close()   # the link's loop reconnects, to place
+                self.channel.shut()   # the link's loop reconnects, to place
             self._wake.set()
         return news
 
@@ -249,14 +249,7 @@ class ShardLink:
                         "their outcome is unknown", self.index, where(place), len(stale), self.move_grace)
         self._channel_of(sock)
         log.info("link to shard %d moved to %s (the same shard)", self.index, where(place))
-        # Its reader (the link's loop) ends at the end of the stream and goes
-        # on with the new channel; the shutdown makes that end, whatever the
-        # reader is doing now (a close from here may not wake it).
-        channel.writer.kill()
-        try:
-            channel.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            channel.close()   # (it was closed already)
+        channel.shut()   # its reader (the link's loop) goes on with the new channel
         for callback in stale.values():
             callback(outcome_unknown(self.index))
 
@@ -269,7 +262,7 @@ class ShardLink:
         """Close the link now (its shard is gone, as etcd says): requests in
         flight are answered as when a link fails, and it reconnects."""
         if self.channel is not None:
-            self.channel.close()
+            self.channel.shut()
 
     def stop(self) -> None:
         self._clean_stop = "stopping"

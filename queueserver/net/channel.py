@@ -291,3 +291,14 @@ class FrameChannel:
             self.sock.close()
         except OSError:
             pass
+
+    def shut(self) -> None:
+        """End the stream from outside its reader's greenlet: what is queued
+        is dropped and the socket shut both ways, so the reader, wherever it
+        waits, meets the end of the stream and closes the channel itself (a
+        close from another greenlet was seen to leave it waiting)."""
+        self.writer.kill()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:   # closed already (or never connected)
+            self.close()
