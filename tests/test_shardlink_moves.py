@@ -16,6 +16,7 @@ each request came.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import textwrap
 from pathlib import Path
@@ -185,6 +186,23 @@ def test_an_answer_that_never_comes_holds_the_move_only_so_long(tmp_path, shard,
         assert never == [outcome_unknown(0)]
         assert "moves to" in caplog.text and "1 requests unanswered after 0 s" in caplog.text
         wait_until(lambda: link.up and link.path == shard.unix_path, "the link to move")
+    finally:
+        link.stop()
+
+
+def test_a_socket_that_does_not_answer_leaves_the_link_where_it_is(tmp_path, shard, caplog):
+    link = linked_over_tcp(shard)
+    try:
+        shard.unix.close()   # its socket gone: nothing listens there
+        os.unlink(shard.unix_path)
+        with caplog.at_level(logging.INFO, logger="queueserver.router"):
+            places_of(tmp_path, shard).take(link, 1, "c", False)
+        assert "stays at 127.0.0.1:%d" % shard.port in caplog.text
+        assert link.up and link.path == ("127.0.0.1", shard.port)
+        ping = answers(link, "ping")
+        wait_until(lambda: ping, "the ping's answer")
+        assert ping == [[OK, "ping via tcp"]]
+        assert link.paths[0] == shard.unix_path   # its next connection tries the socket first
     finally:
         link.stop()
 

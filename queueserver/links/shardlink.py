@@ -227,9 +227,10 @@ class ShardLink:
     def _move(self, channel: FrameChannel) -> None:
         """Move to :attr:`_moving_to`, if ``channel`` is still the link's:
         connect there first, then put the new channel in place of ``channel``
-        and close it (what is still in flight on it, after
+        and shut it (what is still in flight on it, after
         :attr:`move_grace`, is answered "outcome unknown"). No request is
-        refused meanwhile, and the link never counts as down."""
+        refused meanwhile, and the link never counts as down; if ``place``
+        does not answer, the link stays (its next connection tries there first)."""
         if self._move_later is not gevent.getcurrent():
             self._cancel_move_later()
         self._move_later = None
@@ -241,6 +242,9 @@ class ShardLink:
         if sock is None or self.channel is not channel:   # (it went down while connecting)
             if sock is not None:
                 sock.close()
+            else:
+                log.info("link to shard %d stays at %s: %s does not answer", self.index, where(was),
+                         where(place))
             self.path = was   # where its channel is; the next connection tries place first
             return
         stale, self.pending = self.pending, {}
