@@ -353,12 +353,7 @@ class ShardLink:
                     if moved is None or moved is channel:
                         break   # the link is lost (or stops)
                     # :meth:`_move` put another way to the same shard in place
-                    channel.close()
-                    if reader is not None:
-                        reader.kill(block=False)
-                    if self.handoff is not None:
-                        self.handoff.close()
-                        self.handoff = None
+                    self._end_channel(channel, reader)
                     channel = moved
             except Exception:  # an undecodable stream: drop the link and reconnect
                 log.exception("shard %d sent what cannot be decoded", self.index)
@@ -367,12 +362,7 @@ class ShardLink:
                     self.channel.close()   # one a move made as the link stopped
                 self.channel = None
                 self.failed = True
-                channel.close()
-                if self.handoff is not None:
-                    self.handoff.close()
-                    self.handoff = None
-                if reader is not None:
-                    reader.kill(block=False)
+                self._end_channel(channel, reader)
                 pending, self.pending = self.pending, {}
                 if self._clean_stop is None:
                     log.warning("lost shard %d; %d requests in flight answered that their outcome is unknown",
@@ -383,6 +373,16 @@ class ShardLink:
                 self._on_down(self)
                 for callback in pending.values():
                     callback(outcome_unknown(self.index))
+
+    def _end_channel(self, channel: FrameChannel,
+                     reader: Optional["gevent.Greenlet[..., None]"]) -> None:
+        """Close ``channel`` and the handoff socket opened with it (``reader`` serves that)."""
+        channel.close()
+        if self.handoff is not None:
+            self.handoff.close()
+            self.handoff = None
+        if reader is not None:
+            reader.kill(block=False)
 
     def _channel_of(self, sock: socket.socket) -> FrameChannel:
         """``sock``, connected, as the link's channel from now on."""
