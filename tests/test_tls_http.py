@@ -220,6 +220,7 @@ def test_pages_need_inspect_on_every_queue_and_a_queue_page_on_its_queue(mtls: M
     assert mtls.watcher.get(f"/api/job?id={theirs_id}")[0] == 403
     for path in ("/", f"/queues/{theirs}", f"/jobs/{theirs_id}", "/metrics"):
         assert mtls.ops.get(path)[0] == 200, path
+    assert mtls.bob.get("/")[0] == 403   # (this test's own: others may run in another worker's server)
     counted = refusals(mtls.ops.get("/metrics"))
     assert counted[("watcher", "inspect")] >= 9, counted
     assert counted[("unknown", "connect")] >= 1, counted

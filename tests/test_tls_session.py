@@ -61,6 +61,31 @@ def test_handshake_then_data_both_ways_and_the_client_names(pki: Tuple[CA, CA, P
     assert client.receive(server.encrypt(b"OK\r\n") + server.encrypt(b"more\r\n")) == b"OK\r\nmore\r\n"
 
 
+def test_every_byte_fed_comes_out_however_the_records_are_cut(pki: Tuple[CA, CA, Path]) -> None:
+    """A read asks for as many bytes as were fed: a feed that ends a long
+    record, one that carries many records, and records fed a byte at a
+    time still give all their plaintext, in order, from that feed."""
+    one, _, _ = pki
+    server_cert = one.issue("cutter", server=True)
+    server = TLSSession(server_context(TLSFiles(str(server_cert.cert), str(server_cert.key))))
+    client = TLSSession(client_context(one), server_side=False, server_hostname="localhost")
+    client.start()
+    pump(client, server)
+    long = bytes(range(256)) * 200                     # 51,200 bytes: four records
+    records = client.encrypt(long)
+    first = server.receive(records[:-10])               # all but the end of the last record
+    rest = server.receive(records[-10:])                # 10 bytes fed, thousands of bytes out
+    assert len(rest) > 10 and first + rest == long
+    many = b"".join(client.encrypt(b"req %d\r\n" % n) for n in range(50))
+    assert server.receive(many) == b"".join(b"req %d\r\n" % n for n in range(50))
+    one_record = client.encrypt(b"x" * 300)
+    out = b"".join(server.receive(one_record[i:i + 1]) for i in range(len(one_record)))
+    assert out == b"x" * 300
+    whole = client.encrypt(long)
+    got = b"".join(server.receive(whole[i:i + 1000]) for i in range(0, len(whole), 1000))
+    assert got == long
+
+
 def test_a_client_of_another_ca_fails_the_handshake(pki: Tuple[CA, CA, Path]) -> None:
     one, two, _ = pki
     server_cert = one.issue("server2", server=True)
