@@ -40,6 +40,16 @@ def pump(client: TLSSession, server: TLSSession) -> None:
             return
 
 
+def connected_without_client_ca(ca: CA, name: str) -> Tuple[TLSSession, TLSSession]:
+    """A server (certificate ``name`` of ``ca``, no client CA) and a client, handshake done."""
+    server_cert = ca.issue(name, server=True)
+    server = TLSSession(server_context(TLSFiles(str(server_cert.cert), str(server_cert.key))))
+    client = TLSSession(client_context(ca), server_side=False, server_hostname="localhost")
+    client.start()
+    pump(client, server)
+    return server, client
+
+
 def test_handshake_then_data_both_ways_and_the_client_names(pki: Tuple[CA, CA, Path]) -> None:
     one, _, _ = pki
     server_cert = one.issue("server", server=True)
@@ -65,12 +75,7 @@ def test_every_byte_fed_comes_out_however_the_records_are_cut(pki: Tuple[CA, CA,
     """A read asks for as many bytes as were fed: a feed that ends a long
     record, one that carries many records, and records fed a byte at a
     time still give all their plaintext, in order, from that feed."""
-    one, _, _ = pki
-    server_cert = one.issue("cutter", server=True)
-    server = TLSSession(server_context(TLSFiles(str(server_cert.cert), str(server_cert.key))))
-    client = TLSSession(client_context(one), server_side=False, server_hostname="localhost")
-    client.start()
-    pump(client, server)
+    server, client = connected_without_client_ca(pki[0], "cutter")
     long = bytes(range(256)) * 200                     # 51,200 bytes: four records
     records = client.encrypt(long)
     first = server.receive(records[:-10])               # all but the end of the last record
@@ -99,12 +104,7 @@ def test_a_client_of_another_ca_fails_the_handshake(pki: Tuple[CA, CA, Path]) ->
 
 
 def test_no_client_ca_means_no_client_certificate_and_no_names(pki: Tuple[CA, CA, Path]) -> None:
-    one, _, _ = pki
-    server_cert = one.issue("server3", server=True)
-    server = TLSSession(server_context(TLSFiles(str(server_cert.cert), str(server_cert.key))))
-    client = TLSSession(client_context(one), server_side=False, server_hostname="localhost")
-    client.start()
-    pump(client, server)
+    server, _ = connected_without_client_ca(pki[0], "server3")
     assert server.handshake_done and server.certificate_names() == ()
 
 
