@@ -139,7 +139,11 @@ class MTLS:
 
 @pytest.fixture(scope="module")
 def mtls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MTLS]:
-    home = tmp_path_factory.mktemp("mtls")
+    yield from mtls_server(tmp_path_factory.mktemp("mtls"))
+
+
+def mtls_server(home: Path) -> Iterator[MTLS]:
+    """A 2-shard server whose HTTP port asks for client certificates, with its rules in ``home``."""
     pki = PKI(home / "pki")
     ops, watcher = pki.one.issue("ops"), pki.two.issue("watcher")
     acl = home / "access.toml"
@@ -299,8 +303,15 @@ def test_the_console_over_https_in_a_browser(browser, mtls: MTLS) -> None:   # t
         context.close()
 
 
-def test_sighup_reloads_the_access_file_and_the_client_ca(mtls: MTLS) -> None:
-    """Last: it changes the server's rules."""
+@pytest.fixture
+def own_mtls(tmp_path: Path) -> Iterator[MTLS]:
+    """A server of its own, for a test that changes its rules (the module's
+    may serve other tests after it, in this worker or another)."""
+    yield from mtls_server(tmp_path)
+
+
+def test_sighup_reloads_the_access_file_and_the_client_ca(own_mtls: MTLS) -> None:
+    mtls = own_mtls
     assert mtls.watcher.get("/metrics")[0] == 403
     mtls.acl.write_text(MTLS_ACL.replace('inspect = ["orders.*"]', 'inspect = ["*"]'))
     mtls.pki.trust(mtls.pki.one)   # the CA of watcher's certificate is no longer trusted
