@@ -14,7 +14,7 @@ import ssl
 import struct
 import time
 from pathlib import Path
-from typing import Iterator, List
+from typing import Final, Iterator, List
 
 import pytest
 
@@ -33,13 +33,19 @@ class Certificates:
         return ["--tls-certificate", str(self.server.cert), "--tls-key", str(self.server.key),
                 "--workq-tls", "both", "--workq-tls-port", "0"]
 
-    def connect(self, proc: ServerProcess, rcvbuf: int = 0) -> ssl.SSLSocket:
+    def context(self, version: ssl.TLSVersion = ssl.TLSVersion.MAXIMUM_SUPPORTED) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.ca.cert))
+        context.maximum_version = version
+        return context
+
+    def connect(self, proc: ServerProcess, rcvbuf: int = 0,
+                version: ssl.TLSVersion = ssl.TLSVersion.MAXIMUM_SUPPORTED) -> ssl.SSLSocket:
         sock = socket.socket()
         if rcvbuf:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         sock.settimeout(10)
         sock.connect((proc.host, proc.ports["workq_tls"]))
-        return ssl.create_default_context(cafile=str(self.ca.cert)).wrap_socket(sock, server_hostname="localhost")
+        return self.context(version).wrap_socket(sock, server_hostname="localhost")
 
 
 @pytest.fixture(scope="module")
@@ -125,23 +131,34 @@ def test_two_shards_serve_tls_connections_wherever_they_land(two_shards: ServerP
     assert re.search(r"shard-1 DEBUG connection \d+: TLSv1\.[23] handshake done", log)
 
 
-def relayed_connection(proc: ServerProcess, certs: Certificates, rcvbuf: int = 0) -> ssl.SSLSocket:
-    """A TLS connection that its shard relays (a request for every shard came first)."""
-    sock = certs.connect(proc, rcvbuf)
+#: TLS 1.2 sessions cannot move between processes: their connections are relayed
+RELAYED: Final = ssl.TLSVersion.TLSv1_2
+#: TLS 1.3 sessions move with their connections (:mod:`queueserver.net.tlscontinued`)
+MOVED: Final = ssl.TLSVersion.TLSv1_3
+
+
+def relayed_connection(proc: ServerProcess, certs: Certificates, rcvbuf: int = 0,
+                       version: ssl.TLSVersion = RELAYED) -> ssl.SSLSocket:
+    """A TLS connection that left the shard that did its handshake (a request
+    for every shard came first): relayed by it over TLS 1.2, moved with its
+    TLS over TLS 1.3."""
+    sock = certs.connect(proc, rcvbuf, version)
     assert Wire(sock).call(b"inspect server\r\n").startswith(b"+OK 1\r\n")   # (nothing more is buffered)
     return sock
 
 
+@pytest.mark.parametrize("version", [RELAYED, MOVED], ids=["relayed", "moved"])
 def test_a_lease_over_a_relayed_connection_comes_back_when_its_client_resets_unread(
-        one_shard: ServerProcess, certs: Certificates) -> None:
+        one_shard: ServerProcess, certs: Certificates, version: ssl.TLSVersion) -> None:
     """The answer is bigger than what the client's kernel takes unread: its
-    records are never all acknowledged, the relay says so, and the job goes
-    back when the client resets. One read whole stays leased."""
+    records are never all acknowledged, the relay (or the process it moved
+    to, from its socket) says so, and the job goes back when the client
+    resets. One read whole stays leased."""
     q = qname("relay-reset")
     plain = Wire(socket.create_connection((one_shard.host, one_shard.ports["workq"]), timeout=10))
     id = new_id()
     assert plain.call(add(id, q, b"k" * 262144)) == b"+OK\r\n"
-    tls = relayed_connection(one_shard, certs, rcvbuf=4096)
+    tls = relayed_connection(one_shard, certs, rcvbuf=4096, version=version)
     tls.sendall(f"lease {q} 5000\r\n".encode())
     wait_for(lambda: inspect_field(plain, id, "state") != b"0", 10, "the lease")
     time.sleep(0.2)
@@ -152,7 +169,7 @@ def test_a_lease_over_a_relayed_connection_comes_back_when_its_client_resets_unr
     assert inspect_field(plain, id, "attempts") == b"0"
     # at once: the relay said the client reset (not after waiting as for a FIN)
     assert "were not acknowledged in" not in one_shard.log()
-    tls = relayed_connection(one_shard, certs)
+    tls = relayed_connection(one_shard, certs, version=version)
     reader = Wire(tls)
     assert reader.call(f"lease {q} 5000\r\n".encode()).endswith(b"k" * 1000 + b"\r\n")
     time.sleep(0.3)   # the client's kernel acknowledges what it read; the relay looks
@@ -163,8 +180,9 @@ def test_a_lease_over_a_relayed_connection_comes_back_when_its_client_resets_unr
     plain.close()
 
 
+@pytest.mark.parametrize("version", [RELAYED, MOVED], ids=["relayed", "moved"])
 def test_a_relayed_connection_that_sends_its_fin_gets_every_answer_then_close_notify(
-        one_shard: ServerProcess, certs: Certificates) -> None:
+        one_shard: ServerProcess, certs: Certificates, version: ssl.TLSVersion) -> None:
     """A client that sends its requests, then its FIN, then reads: every
     answer comes over the relay, then TLS's close_notify and the end of the
     stream; the jobs it read stay leased."""
@@ -174,8 +192,7 @@ def test_a_relayed_connection_that_sends_its_fin_gets_every_answer_then_close_no
     for id in ids:
         assert plain.call(add(id, q, b"x")) == b"+OK\r\n"
     raw = socket.create_connection((one_shard.host, one_shard.ports["workq_tls"]), timeout=10)
-    session = TLSSession(ssl.create_default_context(cafile=str(certs.ca.cert)), server_side=False,
-                         server_hostname="localhost")
+    session = TLSSession(certs.context(version), server_side=False, server_hostname="localhost")
     session.start()
     while not session.handshake_done:   # a sans-I/O client: TLS over a socket it can half-close
         raw.sendall(session.outgoing())
@@ -258,7 +275,7 @@ def test_out_of_descriptors_a_connection_to_relay_is_closed_and_counted_out(cert
     server counts none of them as a client any more."""
     with ServerProcess(shards=1, protocols=["workq"], extra=certs.flags(), preexec=_few_descriptors) as proc:
         counter = Wire(socket.create_connection((proc.host, proc.ports["workq"]), timeout=10))
-        socks = [certs.connect(proc) for _ in range(220)]
+        socks = [certs.connect(proc, version=RELAYED) for _ in range(220)]
         for sock in socks:
             sock.sendall(b"inspect server\r\n")
         answered = closed = 0

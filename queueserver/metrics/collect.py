@@ -53,10 +53,11 @@ TRAFFIC_COUNTERS: Tuple[Literal["accepted", "bytes_received", "bytes_sent"], ...
 #: event-loop turns that executed any; ``make bench-cores`` takes their differences)
 ShardGauge = Literal["jobs", "queues", "log_bytes", "connections", "slots_owned", "history_bytes",
                      "history_segments", "link_frames_sent", "shard_link_frames", "requests",
-                     "request_turns", "tls_relays"]
+                     "request_turns", "tls_relays", "tls_moves"]
 SHARD_GAUGES: Tuple[ShardGauge, ...] = ("jobs", "queues", "log_bytes", "connections", "slots_owned",
                                         "history_bytes", "history_segments", "link_frames_sent",
-                                        "shard_link_frames", "requests", "request_turns", "tls_relays")
+                                        "shard_link_frames", "requests", "request_turns", "tls_relays",
+                                        "tls_moves")
 STATES = ("ready", "scheduled", "leased", "finished")
 NCOUNTERS = len(COUNTERS)
 OTHER = "other"
@@ -107,6 +108,7 @@ class ShardStatus(TypedDict):
     requests: NotRequired[int]
     request_turns: NotRequired[int]
     tls_relays: NotRequired[int]
+    tls_moves: NotRequired[int]
 
 
 class RouterStatus(TypedDict):
@@ -549,6 +551,8 @@ def families(status: Status) -> List[Metric]:
     slots = gauge("queueserver_slots_owned", "Cluster slots the shard owns.", ["shard"])
     relays = gauge("queueserver_tls_relays", "TLS connections whose TLS the shard terminated and "
                                              "relays, as plaintext, to where they are served.", ["shard"])
+    tls_moves = counter("queueserver_tls_moves_total", "TLS 1.3 connections whose TLS the shard terminated "
+                                                       "and handed on with the connection.", ["shard"])
     up = gauge("queueserver_shard_up", "Whether the shard answered this scrape.", ["shard"])
     jobs = gauge("queueserver_jobs", "Jobs the shard holds.", ["shard"])
     history_bytes = gauge("queueserver_history_bytes", "Bytes of the shard's job history files.",
@@ -572,6 +576,7 @@ def families(status: Status) -> List[Metric]:
             jobs.add_metric([node, label], shard["jobs"])
             slots.add_metric([node, label], shard["slots_owned"])
             relays.add_metric([node, label], shard["tls_relays"])
+            tls_moves.add_metric([node, label], shard["tls_moves"])
             if shard["durable"]:
                 log_bytes.add_metric([node, label], shard["log_bytes"])
             if shard["history"]:

@@ -78,6 +78,7 @@ from .refusals import RefusalLog
 from .relayacks import RelayAcks
 from .tcpinfo import bytes_acked, unacknowledged, was_reset
 from .tls import HANDSHAKE_RECORD, TLSError, TLSServing, TLSSession, looks_like_tls
+from .tlsrecords import Exported
 from ..metrics.traffic import ACCEPTED, COUNTS as _TRAFFIC, OPEN, RECEIVED, SENT
 
 if TYPE_CHECKING:
@@ -293,8 +294,11 @@ class ClientConnection(Generic[Pending, Owned]):
         self.tls: Optional[TLSSession] = None
         self._handshake_timer: Optional[Timer] = None
         self._handshake_timeout = 0.0
+        #: its TLS's record protection as it moves to another process with it
+        #: (set while it moves; None: a plain connection, or TLS that stays here and is relayed)
+        self.tls_moving: Optional[Exported] = None
         if tls is not None:
-            self.tls = TLSSession(tls.context)
+            self.tls = TLSSession(tls.context, keylog=tls.keylog)
             self._handshake_timeout = tls.handshake_timeout
         self._linger_timer: Optional["_TimerWatcher"] = None
         self._debug = log.isEnabledFor(logging.DEBUG)
@@ -311,6 +315,8 @@ class ClientConnection(Generic[Pending, Owned]):
                 self._written_before = self._bytes_acked() + self._unacknowledged()
             elif self.acks is not None:   # a relay's pair: what the processes before wrote into it
                 self._written_before = self.acks.written_before()
+            if self.tls is not None:   # it moved here with its TLS (a ContinuedSession)
+                self._reader = self._readable_tls
         elif self.tls is not None:   # admitted once the handshake is done
             self._reader = self._readable_tls
             self._watcher.start(self._reader)
@@ -579,6 +585,12 @@ class ClientConnection(Generic[Pending, Owned]):
             log.info("connection %d: %d answers handing over jobs were not acknowledged in %.0f s "
                      "after the client's FIN; giving the jobs back", self.id, len(self._deliveries),
                      LINGER_SECONDS)
+        tls = self.tls
+        if tls is not None and tls.handshake_done:   # the client reads a clean end, not a truncation
+            try:
+                self._raw.send(tls.close_notify())
+            except OSError:
+                pass
         self._lost()
         return True
 
@@ -752,7 +764,9 @@ class ClientConnection(Generic[Pending, Owned]):
         self.moves += 1
         if self._debug:
             log.debug("connection %d moves at %s %r", self.id, command.op, command.key)
-        relayed = self.tls is not None   # its TLS state stays here: the server relays it (see DirectServer.move)
+        if self.tls is not None:   # its TLS moves with it where it can; else it stays, and is relayed
+            self.tls_moving = self.tls.export()
+        relayed = self.tls is not None and self.tls_moving is None   # (see DirectServer.move)
         acks = self.acks
         if acks is not None:   # where the next process starts writing into the relay's pair
             acks.note_written(self._written_before + self._written)

@@ -54,6 +54,9 @@ class Move(NamedTuple):
     #: a relayed connection's shared counters (:mod:`queueserver.net.relayacks`):
     #: the descriptor as its holder knows it, sent along with the socket (-1: none)
     acks: int = -1
+    #: a TLS 1.3 connection moving with its TLS: its record protection
+    #: (:meth:`queueserver.net.tlsrecords.Exported.pack`), None for a plain one
+    tls_state: Optional[List[Any]] = None
 
 
 class Gone(NamedTuple):

@@ -20,6 +20,8 @@ import ssl
 from typing import Any, Callable, Final, List, NamedTuple, Optional, Protocol, Tuple
 
 from ..privatefile import PrivateFileError, read_private, read_regular
+from .tlskeylog import KeyLog, client_random
+from .tlsrecords import APPLICATION_DATA, HEADER, SUITES, Direction, Exported, RecordError, count_records
 
 log: Final = logging.getLogger("queueserver.tls")
 
@@ -56,12 +58,19 @@ class TLSSession:
     """One TLS connection's state: bytes in, plaintext out; plaintext in,
     bytes out. :meth:`receive` and :meth:`encrypt` raise :class:`TLSError`
     when the peer's TLS fails; after :meth:`receive`, :meth:`outgoing` holds
-    what must be sent (handshake messages, session tickets, alerts)."""
+    what must be sent (handshake messages, session tickets, alerts).
 
-    __slots__ = ("_incoming", "_outgoing", "_tls", "_records", "handshake_done", "peer_closed", "received")
+    With a :class:`~.tlskeylog.KeyLog`, a server session of TLS 1.3 can
+    :meth:`export` its record protection once its handshake is done, to go
+    on in another process (:mod:`.tlscontinued`): it takes its traffic
+    secrets from the log and counts the records each side sent since."""
+
+    __slots__ = ("_incoming", "_outgoing", "_tls", "_records", "handshake_done", "peer_closed", "received",
+                 "continued", "_keylog", "_random", "_client_secret", "_server_secret", "_tracking", "_need", "_head", "_seen", "_sent",
+                 "_last", "_last_at")
 
     def __init__(self, context: ssl.SSLContext, server_side: bool = True,
-                 server_hostname: Optional[str] = None) -> None:
+                 server_hostname: Optional[str] = None, keylog: Optional[KeyLog] = None) -> None:
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
         self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=server_side,
@@ -74,6 +83,22 @@ class TLSSession:
         self.handshake_done = False
         self.peer_closed = False    # the peer sent its close_notify: no more data comes
         self.received = 0           # bytes fed so far
+        self.continued = False      # (a session continued from another process's: see .tlscontinued)
+        #: where its handshake's secrets are logged (None: it cannot be exported)
+        self._keylog = keylog if server_side else None
+        self._random: Optional[bytes] = None    # its ClientHello's random, which names its secrets there
+        self._client_secret = b""   # the traffic secrets each way, once logged
+        self._server_secret = b""
+        #: counting the records since the handshake (TLS 1.3 with a key log): the
+        #: peer's (whose headers were seen; the bytes of its last one still to come;
+        #: a header cut by a read; the read holding the last header, and where) and ours
+        self._tracking = False
+        self._seen = 0
+        self._need = 0
+        self._head = b""
+        self._last = b""
+        self._last_at = -1
+        self._sent = 0
 
     def start(self) -> None:
         """A client's first step: its hello goes to :meth:`outgoing`."""
@@ -82,9 +107,14 @@ class TLSSession:
     def receive(self, data: bytes) -> bytes:
         """Feed ``data`` read from the network; returns the plaintext it completes."""
         self._incoming.write(data)
+        if not self.received and self._keylog is not None:
+            self._random = client_random(data)
         self.received += len(data)
-        if not self.handshake_done and not self._handshake():
-            return b""
+        since_handshake = data
+        if not self.handshake_done:
+            if not self._handshake():
+                return b""
+            since_handshake = self._handshake_completed(data)
         chunks: List[bytes] = []
         records = self._records
         incoming = self._incoming
@@ -109,17 +139,90 @@ class TLSSession:
             if not incoming.pending and (len(chunk) < size or not records.pending()):
                 break   # all fed is read (asking again would only raise SSLWantReadError)
             size = READ_SIZE   # (a record longer than what this feed completed, or more records)
+        if self._tracking:
+            self._track(since_handshake)
         return b"".join(chunks) if len(chunks) != 1 else chunks[0]
 
     def _handshake(self) -> bool:
         try:
             self._tls.do_handshake()
         except ssl.SSLWantReadError:
+            self._take_secrets()
             return False
         except ssl.SSLError as exc:
             raise TLSError(ssl_reason(exc)) from None
+        self._take_secrets()
         self.handshake_done = True
         return True
+
+    def _take_secrets(self) -> None:
+        if self._keylog is not None and self._random is not None:
+            secrets = self._keylog.take(self._random)
+            self._client_secret = secrets.get("CLIENT_TRAFFIC_SECRET_0", self._client_secret)
+            self._server_secret = secrets.get("SERVER_TRAFFIC_SECRET_0", self._server_secret)
+
+    def _handshake_completed(self, data: bytes) -> bytes:
+        """The handshake ended with ``data``: start counting records (TLS
+        1.3 with its secrets logged); returns the part of ``data`` after it."""
+        pending = self._incoming.pending   # (OpenSSL reads no record beyond the client's Finished)
+        if self._keylog is None or pending > len(data) or self._tls.version() != "TLSv1.3" \
+                or not self._client_secret or not self._server_secret:
+            return b""
+        tickets = self._outgoing.read()   # what the step that completed it made: under the traffic keys
+        self._outgoing.write(tickets)     # (still to be sent, as it was)
+        self._sent = count_records(tickets)
+        self._tracking = True
+        return data[len(data) - pending:]
+
+    def _track(self, data: bytes) -> None:
+        """Count the peer's records in ``data``, its bytes since the handshake."""
+        if self._head:
+            data = self._head + data
+            self._head = b""
+        size = len(data)
+        pos = self._need
+        if pos:   # the last record, begun in an earlier read, goes on here
+            self._last += data[:pos]
+        at = -1
+        seen = 0
+        while pos + HEADER <= size:
+            at = pos
+            pos += HEADER + ((data[pos + 3] << 8) | data[pos + 4])
+            seen += 1
+        if at >= 0:
+            self._seen += seen
+            self._last = data[at:] if at else data   # (its own bytes only: a read may be 64 KiB)
+            self._last_at = 0
+        if pos >= size:
+            self._need = pos - size
+        else:
+            self._need = 0
+            self._head = data[pos:]
+
+    def export(self) -> Optional[Exported]:
+        """Its record protection, for the connection to go on in another
+        process; None unless TLS 1.3 with its secrets known, and at a record
+        boundary both ways with nothing left inside OpenSSL. The peer's last
+        record is opened with what would be exported first: a key the peer
+        changed since (a KeyUpdate) or a miscount shows, and the session stays."""
+        if not self._tracking or self.peer_closed or self._need or self._head or self._last_at < 0 \
+                or self._incoming.pending or self._outgoing.pending or self._records.pending():
+            return None
+        cipher = self._tls.cipher()
+        suite = SUITES.get(cipher[0]) if cipher else None
+        read_secret, write_secret = self._client_secret, self._server_secret
+        if suite is None:
+            return None
+        data, at = self._last, self._last_at
+        end = at + HEADER + ((data[at + 3] << 8) | data[at + 4])
+        try:
+            content_type, _ = Direction(suite, read_secret, self._seen - 1).open(data[at:at + HEADER],
+                                                                                data[at + HEADER:end])
+        except RecordError:
+            return None
+        if content_type != APPLICATION_DATA:
+            return None
+        return Exported(suite.name, read_secret, self._seen, write_secret, self._sent)
 
     def encrypt(self, data: bytes) -> bytes:
         """``data`` as TLS records to send (after the handshake)."""
@@ -127,7 +230,10 @@ class TLSSession:
             self._records.write(data)
         except ssl.SSLError as exc:
             raise TLSError(ssl_reason(exc)) from None
-        return self._outgoing.read()
+        records = self._outgoing.read()
+        if self._tracking:
+            self._sent += count_records(records)
+        return records
 
     def close_notify(self) -> bytes:
         """Our close_notify alert, to send before closing (b"" if it cannot be made)."""
@@ -278,6 +384,9 @@ class TLSServing(NamedTuple):
     long its handshake may take."""
     context: ssl.SSLContext
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
+    #: where the context logs its handshakes' secrets, so that a session can
+    #: move to another process (None: sessions stay where they began)
+    keylog: Optional[KeyLog] = None
 
 
 def reloaded(serving: TLSServing, files: TLSFiles, who: str) -> TLSServing:
@@ -289,6 +398,12 @@ def reloaded(serving: TLSServing, files: TLSFiles, who: str) -> TLSServing:
     except TLSConfigError as err:
         log.error("%s: keeping the TLS certificate in use: %s", who, err)
         return serving
+    if serving.keylog is not None:
+        try:
+            serving.keylog.attach(context)
+        except (OSError, ValueError) as err:   # (its sessions are relayed when they must move)
+            log.warning("%s: TLS sessions of the certificate read again cannot move: %s", who, err)
+            return serving._replace(context=context, keylog=None)
     log.info("%s: new TLS connections use the certificate %s read again%s", who, files.certificate,
              f" (client CA {files.client_ca})" if files.client_ca else "")
     return serving._replace(context=context)

@@ -1,11 +1,12 @@
 """A TLS connection served in another process: the process that holds its
 TLS state relays its plaintext.
 
-A TLS session cannot leave the process that did its handshake: Python's
-``ssl`` cannot export one, and kernel TLS (which could carry it on a moved
-socket) is not on every host. So when a shard that terminated a client's
-TLS is asked for what it cannot serve alone (another shard's queue), it
-hands on a plaintext stream instead: one end of a Unix socket pair goes to
+A TLS 1.3 session moves with its connection (:mod:`.tlscontinued`); one
+that cannot (TLS 1.2, whose record layer only OpenSSL has here, or keys the
+client changed before the move) stays in the process that did its
+handshake. So when a shard that terminated such a client's TLS is asked
+for what it cannot serve alone (another shard's queue), it hands on a
+plaintext stream instead: one end of a Unix socket pair goes to
 the router as the connection, from that request on (where the direct path
 may hand it to the right shard, as any plain connection), and a
 :class:`TLSRelay` moves bytes between the client's TLS and the pair's

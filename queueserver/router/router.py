@@ -21,8 +21,9 @@ it on again later. A connection moves at most :data:`MAX_MOVES` times, so a
 client that keeps mixing shards ends up simply forwarded. Every connection
 stays counted by the router that accepted it until it closes, wherever it
 is served. A TLS connection goes to a shard before its handshake, unread
-(:meth:`Router._tls_to_shard`): the shard terminates its TLS, and relays
-it as plaintext if it must come back (:mod:`queueserver.net.tlsrelay`).
+(:meth:`Router._tls_to_shard`): the shard terminates its TLS; if it must
+come back, it comes with its TLS (:mod:`queueserver.net.tlscontinued`),
+or as plaintext the shard relays (:mod:`queueserver.net.tlsrelay`).
 
 Why one module, though over 600 lines: it is one class, the path of a
 client's command from its codec to its shard and back, read in that order;
@@ -57,6 +58,7 @@ from ..net.relayacks import adopt
 from ..net.hangups import HangupWatch
 from ..net.refusals import RefusalLog
 from ..net.tls import TLSFiles, TLSServing, reloaded, server_context
+from ..net.tlscontinued import continued_session
 from ..protocols.base import ALL, BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command, StreamCodec
 from ..links.directory import SHARED
 from .jobcache import JobCache
@@ -436,7 +438,7 @@ class Router:
     def placement(self, connection: Connection, command: Command) -> int:
         """Whether ``command`` is better served by its shard, directly."""
         if not self.direct_path or connection.moves >= MAX_MOVES or connection.slots \
-                or connection.writer.queued or connection.tls is not None:
+                or connection.writer.queued or connection.tls is not None and not self._tls_movable(connection):
             return SERVE   # off, moved enough, not movable now, or TLS whose state lives here
         route = command.route
         if route == BY_NAME:
@@ -452,16 +454,25 @@ class Router:
             return SERVE
         return MAY_MOVE
 
+    @staticmethod
+    def _tls_movable(connection: Connection) -> bool:
+        """Whether a TLS connection can move on with its TLS: one that came
+        here with it (:mod:`queueserver.net.tlscontinued`), not in the middle
+        of a TLS message. (The router's own TLS connections stay: it logs no secrets.)"""
+        tls = connection.tls
+        return tls is not None and tls.continued and tls.export() is not None
+
     def move(self, connection: Connection, command: Command, unread: bytes, state: Dict[str, Any]) -> bool:
         """Hand ``connection`` to the shard of ``command``."""
         route = command.route
         link = self.links[self.shard_for(command.key if route == BY_NAME else command.key[0])]
-        if link.handoff is None:
+        if link.handoff is None or connection.tls is not None and connection.tls_moving is None:
             return False
         move = Move(connection.protocol, self.options.get(connection.protocol, {}), state, unread,
                     connection.origin, self.index, connection.moves, connection.limits,
                     client=self.described.get(connection.origin), identity=connection.identity,
-                    acks=connection.acks.fd if connection.acks is not None else -1)
+                    acks=connection.acks.fd if connection.acks is not None else -1,
+                    tls_state=connection.tls_moving.pack() if connection.tls_moving is not None else None)
         try:
             link.handoff.send_move(connection._fd, move)
         except OSError as err:
@@ -474,6 +485,9 @@ class Router:
         """A shard handed a connection back: serve it from its first unread request."""
         link.moved.discard(move.origin)
         try:
+            continued = continued_session(move.tls_state) if move.tls_state is not None else None
+            if move.tls_state is not None and continued is None:
+                raise ValueError("its TLS state cannot be used")
             sock = socket.socket(fileno=fd)
             codec: StreamCodec = load_codec(move.protocol)(**move.options)
             codec.restore(move.state)
@@ -489,6 +503,7 @@ class Router:
             return
         connection.moves = move.moves
         connection.acks = adopt(move.acks)
+        connection.tls = continued
         if self.access is not None:   # admitted where it was accepted: it keeps its identity
             connection.identity = move.identity
             connection.permissions = self.access.permissions(move.identity)

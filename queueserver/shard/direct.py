@@ -8,9 +8,11 @@ sent it, from that request on (see :mod:`queueserver.router.router`).
 
 A connection accepted on a TLS port comes here before its handshake, and
 this shard terminates its TLS: it admits the client (its identity, from the
-access file) and serves it with no hop, as a plain one. Its TLS state
-cannot leave this process, so what goes back to the router is a plaintext
-stream that this shard relays (:mod:`queueserver.net.tlsrelay`).
+access file) and serves it with no hop, as a plain one. A TLS 1.3
+connection goes back to the router with its record protection
+(:mod:`queueserver.net.tlscontinued`); one whose TLS cannot move (TLS 1.2,
+keys changed by a KeyUpdate) goes back as a plaintext stream that this
+shard relays (:mod:`queueserver.net.tlsrelay`).
 
 Parked requests (a blocking lease, ``result``, ``run``) wait in the engine
 under a token of their own, like a router's requests.
@@ -37,11 +39,13 @@ from ..net.handoff import Gone, HandoffChannel, Move
 from ..net.relayacks import RelayAcks, adopt
 from ..net.hangups import HangupWatch
 from ..net.tls import TLSFiles, TLSServing, reloaded, server_context
+from ..net.tlscontinued import continued_session
+from ..net.tlskeylog import key_log_of
 from ..net.tlsrelay import TLSRelay
 from ..protocols import codec_class
 from ..protocols.base import BY_ID, BY_NAME, BY_NAMES, BY_NUMBER, SERVER_ID, Command, StreamCodec
 from ..metrics.uses import Uses, note_command
-from ..metrics.traffic import COUNTS as _TRAFFIC, RELAYS
+from ..metrics.traffic import COUNTS as _TRAFFIC, RELAYS, TLS_MOVES
 from ..links.clients import VIA_DIRECT, ClientRecord, peer_address
 from .history import HistoryWriter
 
@@ -124,7 +128,8 @@ class DirectServer:
         """Terminate the TLS connections routers hand over with ``files``
         (:class:`TLSConfigError` if they cannot be used)."""
         self.tls_files = files
-        self.tls = TLSServing(server_context(files), handshake_timeout)
+        context = server_context(files)
+        self.tls = TLSServing(context, handshake_timeout, key_log_of(context))
 
     def reload(self) -> None:
         """SIGHUP: read the access and TLS files again (a file that cannot be
@@ -146,6 +151,12 @@ class DirectServer:
             sock.close()
             channel.send_gone(move.origin)
             return
+        continued = continued_session(move.tls_state) if move.tls_state is not None else None
+        if move.tls_state is not None and continued is None:
+            log.warning("a TLS connection was handed over with TLS state that cannot be used: closing it")
+            sock.close()
+            channel.send_gone(move.origin)
+            return
         codec: StreamCodec = codec_class(move.protocol)(**move.options)
         codec.restore(move.state)
         connection: Connection = ClientConnection(self, sock, codec, move.protocol,
@@ -153,6 +164,8 @@ class DirectServer:
                                                   move.origin, tls=self.tls if move.tls else None)
         connection.moves = move.moves
         connection.acks = adopt(move.acks)
+        if continued is not None:
+            connection.tls = continued
         # a TLS connection is admitted here after its handshake (see admit); a
         # plain one was admitted where it was accepted, and keeps its identity
         if not move.tls and self.access is not None:
@@ -287,12 +300,16 @@ class DirectServer:
                     client=record.description() if record is not None else None,
                     identity=connection.identity,
                     acks=connection.acks.fd if connection.acks is not None else -1)
-        if connection.tls is not None:
+        if connection.tls is not None and connection.tls_moving is None:
             moved = self._relay(connection, channel, move)
         else:
+            if connection.tls_moving is not None:   # TLS 1.3: it goes with its record protection
+                move = move._replace(tls_state=connection.tls_moving.pack())
             try:
                 channel.send_move(connection._fd, move)
                 moved = True
+                if move.tls_state is not None:
+                    _TRAFFIC[TLS_MOVES] += 1
             except OSError as err:
                 refusals.note("move", f"handing a connection back failed: {err}")
                 moved = False
