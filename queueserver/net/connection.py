@@ -78,6 +78,7 @@ from .refusals import RefusalLog
 from .relayacks import RelayAcks
 from .tcpinfo import bytes_acked, unacknowledged, was_reset
 from .tls import HANDSHAKE_RECORD, TLSError, TLSServing, TLSSession, looks_like_tls
+from .tlscontinued import ContinuedSession
 from .tlsrecords import Exported
 from ..metrics.traffic import ACCEPTED, COUNTS as _TRAFFIC, OPEN, RECEIVED, SENT
 
@@ -409,6 +410,10 @@ class ClientConnection(Generic[Pending, Owned]):
             if tls.handshake_done and not self._handshake_done():
                 return
         if plain:
+            if not tls.continued:   # its records protected here from now on, without OpenSSL's session
+                state = tls.export()
+                if state is not None:
+                    self.tls = tls = ContinuedSession(state, self.certificate_names)
             self._received(plain)
         if tls.peer_closed and not self._eof and not self._gone:
             self._end_of_input()

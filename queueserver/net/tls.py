@@ -219,8 +219,9 @@ class TLSSession:
             content_type, _ = Direction(suite, read_secret, self._seen - 1).open(data[at:at + HEADER],
                                                                                 data[at + HEADER:end])
         except RecordError:
-            return None
+            content_type = -1
         if content_type != APPLICATION_DATA:
+            self._tracking = False   # keys changed (a KeyUpdate) or miscounted: for good, so asked no more
             return None
         return Exported(suite.name, read_secret, self._seen, write_secret, self._sent)
 
