@@ -14,6 +14,7 @@ from queueserver.net.tls import TLSError, TLSFiles, TLSSession, server_context
 from queueserver.net.tlscontinued import ContinuedSession, continued_session
 from queueserver.net.tlskeylog import KeyLog, client_random
 from queueserver.net.tlsrecords import KEY_RECORDS, MAX_PLAINTEXT, Exported, count_records
+from tests.test_tls_session import pump
 from tests.tls_certs import CA
 
 
@@ -29,18 +30,6 @@ def keylog() -> Iterator[KeyLog]:
     log = KeyLog()
     yield log
     log.close()
-
-
-def pump(client: TLSSession, server: TLSSession) -> None:
-    for _ in range(10):
-        to_server = client.outgoing()
-        if to_server:
-            server.receive(to_server)
-        to_client = server.outgoing()
-        if to_client:
-            client.receive(to_client)
-        if not to_server and not to_client:
-            return
 
 
 def connected(files: Tuple[CA, TLSFiles], keylog: KeyLog,

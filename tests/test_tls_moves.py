@@ -14,25 +14,15 @@ import socket
 import ssl
 import subprocess
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import List
 
 import pytest
 
 from queueserver.router import shard_for
 from tests.serverproc import ServerProcess, http_get, wait_for
-from tests.test_tls_direct import Certificates, executed_by
+# (the fixtures are test_tls_direct's: a CA with a server certificate, and a 2-shard server of this module's own)
+from tests.test_tls_direct import Certificates, certs, executed_by, two_shards  # noqa: F401
 from tests.wire import Wire, add, new_id
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
-    return Certificates(tmp_path_factory.mktemp("moves-pki"))
-
-
-@pytest.fixture(scope="module")
-def two_shards(certs: Certificates) -> Iterator[ServerProcess]:
-    with ServerProcess(shards=2, protocols=["workq"], extra=certs.flags(), log_level="debug") as proc:
-        yield proc
 
 
 def queue_on(shard: int, prefix: str) -> str:
