@@ -66,8 +66,8 @@ class TLSSession:
     secrets from the log and counts the records each side sent since."""
 
     __slots__ = ("_incoming", "_outgoing", "_tls", "_records", "handshake_done", "peer_closed", "received",
-                 "continued", "_keylog", "_random", "_client_secret", "_server_secret", "_tracking", "_need", "_head", "_seen", "_sent",
-                 "_last", "_last_at")
+                 "continued", "_keylog", "_random", "_client_secret", "_server_secret", "_tracking", "_seen",
+                 "_need", "_head", "_last", "_sent")
 
     def __init__(self, context: ssl.SSLContext, server_side: bool = True,
                  server_hostname: Optional[str] = None, keylog: Optional[KeyLog] = None) -> None:
@@ -91,13 +91,12 @@ class TLSSession:
         self._server_secret = b""
         #: counting the records since the handshake (TLS 1.3 with a key log): the
         #: peer's (whose headers were seen; the bytes of its last one still to come;
-        #: a header cut by a read; the read holding the last header, and where) and ours
+        #: a header cut by a read; the last one's bytes so far) and ours
         self._tracking = False
         self._seen = 0
         self._need = 0
         self._head = b""
         self._last = b""
-        self._last_at = -1
         self._sent = 0
 
     def start(self) -> None:
@@ -192,7 +191,6 @@ class TLSSession:
         if at >= 0:
             self._seen += seen
             self._last = data[at:] if at else data   # (its own bytes only: a read may be 64 KiB)
-            self._last_at = 0
         if pos >= size:
             self._need = pos - size
         else:
@@ -205,7 +203,7 @@ class TLSSession:
         boundary both ways with nothing left inside OpenSSL. The peer's last
         record is opened with what would be exported first: a key the peer
         changed since (a KeyUpdate) or a miscount shows, and the session stays."""
-        if not self._tracking or self.peer_closed or self._need or self._head or self._last_at < 0 \
+        if not self._tracking or self.peer_closed or self._need or self._head or not self._last \
                 or self._incoming.pending or self._outgoing.pending or self._records.pending():
             return None
         cipher = self._tls.cipher()
@@ -213,11 +211,9 @@ class TLSSession:
         read_secret, write_secret = self._client_secret, self._server_secret
         if suite is None:
             return None
-        data, at = self._last, self._last_at
-        end = at + HEADER + ((data[at + 3] << 8) | data[at + 4])
+        last = self._last
         try:
-            content_type, _ = Direction(suite, read_secret, self._seen - 1).open(data[at:at + HEADER],
-                                                                                data[at + HEADER:end])
+            content_type, _ = Direction(suite, read_secret, self._seen - 1).open(last[:HEADER], last[HEADER:])
         except RecordError:
             content_type = -1
         if content_type != APPLICATION_DATA:

@@ -18,16 +18,13 @@ from __future__ import annotations
 from typing import Any, Final, List, Optional, Tuple
 
 from .tls import TLSError, TLSSession
-from .tlsrecords import (ALERT, APPLICATION_DATA, CLOSE_NOTIFY, DECODE_ERROR, HANDSHAKE, HEADER, KEY_RECORDS,
-                         MAX_PLAINTEXT, SUITES, UNEXPECTED_MESSAGE, Direction, Exported, RecordError,
-                         record_header)
+from .tlsrecords import (ALERT, APPLICATION_DATA, CLOSE_NOTIFY, DECODE_ERROR, HANDSHAKE, HEADER,
+                         ILLEGAL_PARAMETER, KEY_RECORDS, MAX_PLAINTEXT, SUITES, UNEXPECTED_MESSAGE, USER_CANCELED,
+                         Direction, Exported, RecordError, record_header)
 
 #: handshake message type of a KeyUpdate (RFC 8446 §4.6.3), and its whole message as we send it
 KEY_UPDATE: Final = 24
 _OUR_KEY_UPDATE: Final = b"\x18\x00\x00\x01\x00"   # update_not_requested
-#: alert descriptions a TLS 1.3 peer may send without ending the connection's data
-USER_CANCELED: Final = 90
-ILLEGAL_PARAMETER: Final = 47
 
 
 class ContinuedSession(TLSSession):

@@ -57,12 +57,15 @@ class RecordError(Exception):
         self.alert = alert
 
 
-#: alert descriptions (RFC 8446 §6)
+#: alert descriptions (RFC 8446 §6); of those a peer sends, close_notify
+#: ends its data and user_canceled nothing, every other one the connection
 CLOSE_NOTIFY: Final = 0
 UNEXPECTED_MESSAGE: Final = 10
 BAD_RECORD_MAC: Final = 20
 RECORD_OVERFLOW: Final = 22
+ILLEGAL_PARAMETER: Final = 47
 DECODE_ERROR: Final = 50
+USER_CANCELED: Final = 90
 
 
 def expand_label(suite: Suite, secret: bytes, label: bytes, length: int) -> bytes:
