@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import ssl
 from pathlib import Path
-from typing import Iterator, Tuple
+from typing import Iterator, List, Tuple
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from queueserver.net.tls import TLSError, TLSFiles, TLSSession, server_context
 from queueserver.net.tlscontinued import ContinuedSession, continued_session
@@ -206,3 +208,54 @@ def test_the_key_log_gives_a_session_its_own_secrets_and_forgets_them(files: Tup
     assert len(server._client_secret) == len(server._server_secret) == 48   # (SHA-384's: AES-256-GCM first)
     assert keylog.take(b"\x00" * 32) == {}   # read once, then cut from the file
     assert client_random(b"\x16\x03\x01\x00\x10\x01") is None   # too short to hold one
+
+
+# ------------------------------------------------------------ any bytes at all
+@pytest.fixture(scope="module")
+def recorded(files: Tuple[CA, TLSFiles]) -> Tuple[Exported, List[bytes], bytes]:
+    """A moved session's state, the records an OpenSSL client sent after
+    the move (messages of 1 byte to 40 KB), and their plaintext."""
+    keylog = KeyLog()
+    try:
+        server, client = connected(files, keylog)
+        assert server.receive(client.encrypt(b"x\r\n")) == b"x\r\n"
+        state = server.export()
+        assert state is not None
+        messages = [bytes([65 + i % 26]) * size for i, size in enumerate((1, 5, 300, 16384, 16385, 40000, 7))]
+        return state, [client.encrypt(message) for message in messages], b"".join(messages)
+    finally:
+        keylog.close()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cuts=st.lists(st.integers(min_value=0, max_value=80000), max_size=30))
+def test_the_records_cut_anywhere_give_the_same_plaintext(recorded: Tuple[Exported, List[bytes], bytes],
+                                                         cuts: List[int]) -> None:
+    state, records, plaintext = recorded
+    stream = b"".join(records)
+    session = ContinuedSession(state)
+    edges = sorted({0, len(stream), *(cut % (len(stream) + 1) for cut in cuts)})
+    assert b"".join(session.receive(stream[a:b]) for a, b in zip(edges, edges[1:])) == plaintext
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(noise=st.binary(max_size=400), at=st.integers(min_value=0, max_value=2000), flip=st.booleans())
+def test_any_bytes_give_plaintext_or_a_tls_error_and_nothing_else(recorded: Tuple[Exported, List[bytes], bytes],
+                                                                  noise: bytes, at: int, flip: bool) -> None:
+    """Noise spliced into the stream, or one bit flipped: what comes out
+    before the damage is the client's, and then a TLSError (with an alert
+    to send), never another exception and never a forged byte."""
+    state, records, plaintext = recorded
+    stream = b"".join(records)
+    at %= len(stream)
+    damaged = stream[:at] + bytes([stream[at] ^ 1]) + stream[at + 1:] if flip else stream[:at] + noise + stream[at:]
+    session = ContinuedSession(state)
+    got = b""
+    try:
+        for start in range(0, len(damaged), 1500):
+            got += session.receive(damaged[start:start + 1500])
+    except TLSError:
+        assert session.outgoing()   # the alert
+    assert plaintext.startswith(got)
+    if flip:
+        assert got != plaintext   # a flipped bit never passes
