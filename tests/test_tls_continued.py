@@ -95,6 +95,30 @@ def test_long_messages_cut_anywhere_come_out_whole_both_ways(files: Tuple[CA, TL
     assert session.receive(many) == b"".join(b"%d;" % i for i in range(50))
 
 
+def test_a_session_is_exported_as_its_handshake_ends_checked_against_its_ticket(files: Tuple[CA, TLSFiles],
+                                                                                keylog: KeyLog) -> None:
+    """Before the client sent a record, the check opens our last session
+    ticket with the secret that would be handed on."""
+    server, client = connected(files, keylog)
+    session = moved(server)
+    assert session.receive(client.encrypt(b"first\r\n")) == b"first\r\n"
+    assert client.receive(session.encrypt(b"+OK\r\n")) == b"+OK\r\n"
+
+
+def test_a_secret_that_does_not_open_the_last_record_keeps_the_session_for_good(files: Tuple[CA, TLSFiles],
+                                                                               keylog: KeyLog) -> None:
+    """(A KeyUpdate OpenSSL took looks so: the client's records are under a
+    key the log never showed.) It is not asked again: it stays, and is relayed if it must move."""
+    server, client = connected(files, keylog)
+    assert server.receive(client.encrypt(b"x\r\n")) == b"x\r\n"
+    right = server._client_secret
+    server._client_secret = bytes(len(right))
+    assert server.export() is None
+    server._client_secret = right
+    assert server.export() is None   # for good
+    assert server.receive(client.encrypt(b"still served\r\n")) == b"still served\r\n"
+
+
 def test_a_session_half_way_through_a_record_is_not_exported(files: Tuple[CA, TLSFiles], keylog: KeyLog) -> None:
     """Only at a record boundary: the bytes of a record begun are inside
     OpenSSL, not in our hands. Records cut anywhere before are counted right."""

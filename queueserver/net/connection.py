@@ -409,11 +409,13 @@ class ClientConnection(Generic[Pending, Owned]):
                 self._written += len(out)
             if tls.handshake_done and not self._handshake_done():
                 return
+        if (plain or handshaking) and not tls.continued:
+            # its records protected here from now on (its handshake just done,
+            # or its first request read), without OpenSSL's session
+            state = tls.export()
+            if state is not None:
+                self.tls = tls = ContinuedSession(state, self.certificate_names)
         if plain:
-            if not tls.continued:   # its records protected here from now on, without OpenSSL's session
-                state = tls.export()
-                if state is not None:
-                    self.tls = tls = ContinuedSession(state, self.certificate_names)
             self._received(plain)
         if tls.peer_closed and not self._eof and not self._gone:
             self._end_of_input()

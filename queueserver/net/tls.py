@@ -21,7 +21,8 @@ from typing import Any, Callable, Final, List, NamedTuple, Optional, Protocol, T
 
 from ..privatefile import PrivateFileError, read_private, read_regular
 from .tlskeylog import KeyLog, client_random
-from .tlsrecords import APPLICATION_DATA, HEADER, SUITES, Direction, Exported, RecordError, count_records
+from .tlsrecords import (APPLICATION_DATA, HANDSHAKE, HEADER, SUITES, Direction, Exported, RecordError, count_records,
+                         last_record)
 
 log: Final = logging.getLogger("queueserver.tls")
 
@@ -67,7 +68,7 @@ class TLSSession:
 
     __slots__ = ("_incoming", "_outgoing", "_tls", "_records", "handshake_done", "peer_closed", "received",
                  "continued", "_keylog", "_random", "_client_secret", "_server_secret", "_tracking", "_seen",
-                 "_need", "_head", "_last", "_sent")
+                 "_need", "_head", "_last", "_sent", "_last_ticket")
 
     def __init__(self, context: ssl.SSLContext, server_side: bool = True,
                  server_hostname: Optional[str] = None, keylog: Optional[KeyLog] = None) -> None:
@@ -98,6 +99,7 @@ class TLSSession:
         self._head = b""
         self._last = b""
         self._sent = 0
+        self._last_ticket = b""   # our last session ticket's record, while nothing else followed it
 
     def start(self) -> None:
         """A client's first step: its hello goes to :meth:`outgoing`."""
@@ -170,6 +172,7 @@ class TLSSession:
         tickets = self._outgoing.read()   # what the step that completed it made: under the traffic keys
         self._outgoing.write(tickets)     # (still to be sent, as it was)
         self._sent = count_records(tickets)
+        self._last_ticket = last_record(tickets)
         self._tracking = True
         return data[len(data) - pending:]
 
@@ -201,9 +204,10 @@ class TLSSession:
         """Its record protection, for the connection to go on in another
         process; None unless TLS 1.3 with its secrets known, and at a record
         boundary both ways with nothing left inside OpenSSL. The peer's last
-        record is opened with what would be exported first: a key the peer
-        changed since (a KeyUpdate) or a miscount shows, and the session stays."""
-        if not self._tracking or self.peer_closed or self._need or self._head or not self._last \
+        record is opened with what would be exported first (before the peer
+        sent any, our last session ticket): a key the peer changed since (a
+        KeyUpdate) or a miscount shows, and the session stays."""
+        if not self._tracking or self.peer_closed or self._need or self._head \
                 or self._incoming.pending or self._outgoing.pending or self._records.pending():
             return None
         cipher = self._tls.cipher()
@@ -211,12 +215,17 @@ class TLSSession:
         read_secret, write_secret = self._client_secret, self._server_secret
         if suite is None:
             return None
-        last = self._last
+        if self._last:
+            secret, seq, last, expected = read_secret, self._seen - 1, self._last, APPLICATION_DATA
+        elif self._last_ticket:
+            secret, seq, last, expected = write_secret, self._sent - 1, self._last_ticket, HANDSHAKE
+        else:
+            return None
         try:
-            content_type, _ = Direction(suite, read_secret, self._seen - 1).open(last[:HEADER], last[HEADER:])
+            content_type, _ = Direction(suite, secret, seq).open(last[:HEADER], last[HEADER:])
         except RecordError:
             content_type = -1
-        if content_type != APPLICATION_DATA:
+        if content_type != expected:
             self._tracking = False   # keys changed (a KeyUpdate) or miscounted: for good, so asked no more
             return None
         return Exported(suite.name, read_secret, self._seen, write_secret, self._sent)
@@ -230,6 +239,7 @@ class TLSSession:
         records = self._outgoing.read()
         if self._tracking:
             self._sent += count_records(records)
+            self._last_ticket = b""
         return records
 
     def close_notify(self) -> bytes:

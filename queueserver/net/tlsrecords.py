@@ -144,6 +144,20 @@ def count_records(data: bytes) -> int:
     return count
 
 
+def last_record(data: bytes) -> bytes:
+    """The last of the whole records ``data`` holds (b"" if none)."""
+    pos = 0
+    last = b""
+    size = len(data)
+    while pos + HEADER <= size:
+        end = pos + HEADER + ((data[pos + 3] << 8) | data[pos + 4])
+        if end > size:
+            break
+        last = data[pos:end]
+        pos = end
+    return last
+
+
 class Exported(NamedTuple):
     """A TLS 1.3 connection's protection, as it moves to another process:
     what the peer sends (``read``) and what we send (``write``), each a
