@@ -283,3 +283,34 @@ def test_any_bytes_give_plaintext_or_a_tls_error_and_nothing_else(recorded: Tupl
     assert plaintext.startswith(got)
     if flip:
         assert got != plaintext   # a flipped bit never passes
+
+
+def test_a_resumed_session_moves_too(files: Tuple[CA, TLSFiles], keylog: KeyLog) -> None:
+    """A client that comes back with a session ticket (a PSK handshake,
+    Python's ``ssl`` on its own memory BIOs): its session is exported as
+    its handshake ends, as a full handshake's is."""
+    server, first = connected(files, keylog)
+    session = moved(server)
+    assert session.receive(first.encrypt(b"x\r\n")) == b"x\r\n"
+    ticket = first._tls.session   # (the tickets came with the first handshake)
+    assert ticket is not None and ticket.has_ticket
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = first._tls.context.wrap_bio(incoming, outgoing, server_hostname="localhost", session=ticket)
+    again = TLSSession(server._tls.context, keylog=keylog)   # (its ticket keys are the first context's)
+    for _ in range(10):
+        try:
+            client.do_handshake()
+        except ssl.SSLWantReadError:
+            pass
+        if outgoing.pending:
+            again.receive(outgoing.read())
+        reply = again.outgoing()
+        if not reply:
+            break
+        incoming.write(reply)
+    assert client.session_reused
+    resumed = moved(again)
+    client.write(b"resumed\r\n")
+    assert resumed.receive(outgoing.read()) == b"resumed\r\n"
+    incoming.write(resumed.encrypt(b"+OK\r\n"))
+    assert client.read(100) == b"+OK\r\n"
