@@ -11,7 +11,6 @@ lays out records, nonces and the key schedule's labels.
 """
 from __future__ import annotations
 
-import hashlib
 import hmac
 from typing import Callable, Dict, Final, List, NamedTuple, Optional, Tuple, Union
 
@@ -19,7 +18,6 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 
 #: record content types
-CHANGE_CIPHER_SPEC: Final = 20
 ALERT: Final = 21
 HANDSHAKE: Final = 22
 APPLICATION_DATA: Final = 23
@@ -37,7 +35,7 @@ class Suite(NamedTuple):
     name: str
     aead: Callable[[bytes], Union[AESGCM, ChaCha20Poly1305]]
     key_length: int
-    hash: str            # hashlib's name: the key schedule's hash
+    hash: str            # the key schedule's hash, as hmac names it
     hash_length: int
 
 
